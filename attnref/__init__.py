@@ -1,0 +1,102 @@
+"""attnref: small, hand-written reference implementations of attention and its parts.
+
+Every function states its formula in its docstring and computes it one step per line,
+with a shape comment on every product, so that a reader can put a finger on the term of
+the equation each line computes. The notebooks of the book import this package; they never
+define mechanisms of their own.
+
+Notation (the same letters in the book, the package and the tests)
+------------------------------------------------------------------
+``n``    number of query tokens (rows of ``Q`` and of ``X``)
+``m``    number of key/value tokens (``m = n`` in self-attention)
+``d``    model width (``d_model``); a token is a row vector ``x ∈ ℝ^d``
+``h``    number of heads
+``d_k``  query/key width of one head (``d / h`` in the standard layer)
+``d_v``  value width of one head (``d / h`` in the standard layer)
+``d_ff`` hidden width of the position-wise feed-forward network
+``...``  any number of leading batch dimensions
+
+Conventions
+-----------
+* Row vectors: tokens are the rows of ``X`` (``n × d``) and ``Q = X W_Q`` with
+  ``W_Q ∈ ℝ^{d × d_k}``. ``torch.nn.Linear`` stores its weight as ``(out, in)`` and computes
+  ``x Wᵀ + b``: the ``from_torch``/``to_torch`` helpers transpose explicitly.
+* Boolean masks mean "may attend" (``True`` = keep), as in
+  ``torch.nn.functional.scaled_dot_product_attention``. (``torch.nn.MultiheadAttention``'s
+  ``key_padding_mask`` and boolean ``attn_mask`` mean the opposite; attnref converts.)
+* Checks run in float64. float32 inputs are accepted and computed in float32.
+
+Input policy
+------------
+Bad input raises ``ValueError`` naming the argument and the shapes: wrong rank, mismatched
+widths or lengths, non-floating dtypes, mixed dtypes, NaN or ±inf in queries, keys, values or
+weights (additive masks may hold ``-inf``), masks of the wrong shape or dtype. A query row
+whose keys are all masked out gets all-zero weights and a zero output (documented in
+:func:`attnref.attention.softmax`).
+"""
+
+from attnref.attention import (
+    AttentionResult,
+    additive_scores,
+    attention_from_scores,
+    cosine_attention,
+    cosine_scores,
+    gat_scores,
+    gatv2_scores,
+    linear_attention,
+    luong_dot_scores,
+    luong_general_scores,
+    parameter_free_self_attention,
+    scaled_dot_product_attention,
+    softmax,
+)
+from attnref.layers import (
+    EncoderLayer,
+    FeedForward,
+    LayerNormParams,
+    encoder_layer,
+    feed_forward,
+    layer_norm,
+    sinusoidal_positional_encoding,
+)
+from attnref.multihead import (
+    MultiHeadWeights,
+    multi_head_attention,
+    multi_head_attention_packed,
+)
+from attnref.counts import (
+    TransformerConfig,
+    attention_parameter_count,
+    encoder_layer_parameter_count,
+    transformer_parameter_count,
+)
+
+__all__ = [
+    "AttentionResult",
+    "EncoderLayer",
+    "FeedForward",
+    "LayerNormParams",
+    "MultiHeadWeights",
+    "TransformerConfig",
+    "additive_scores",
+    "attention_from_scores",
+    "attention_parameter_count",
+    "cosine_attention",
+    "cosine_scores",
+    "encoder_layer",
+    "encoder_layer_parameter_count",
+    "feed_forward",
+    "gat_scores",
+    "gatv2_scores",
+    "layer_norm",
+    "linear_attention",
+    "luong_dot_scores",
+    "luong_general_scores",
+    "multi_head_attention",
+    "multi_head_attention_packed",
+    "parameter_free_self_attention",
+    "scaled_dot_product_attention",
+    "sinusoidal_positional_encoding",
+    "softmax",
+    "transformer_parameter_count",
+]

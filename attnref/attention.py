@@ -1,0 +1,299 @@
+"""Single-head attention in all the forms the claims talk about.
+
+Shapes use the letters of the package docstring: queries ``(..., n, d_k)``, keys
+``(..., m, d_k)``, values ``(..., m, d_v)``, scores and weights ``(..., n, m)``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, NamedTuple
+
+import torch
+
+from attnref import _validate as check
+
+Tensor = torch.Tensor
+
+
+class AttentionResult(NamedTuple):
+    """What an attention function returns: the output and the weights that produced it."""
+
+    output: Tensor   # (..., n, d_v)
+    weights: Tensor  # (..., n, m); rows sum to 1 for softmax attention
+
+
+def softmax(logits: Tensor, dim: int = -1) -> Tensor:
+    r"""Numerically stable softmax :math:`p_j = e^{z_j - \max z} / \sum_l e^{z_l - \max z}`.
+
+    Subtracting the row maximum changes nothing mathematically (softmax is invariant to adding
+    a constant to every logit) and keeps every exponent ≤ 0, so logits as large as ±1e300 give
+    finite weights.
+
+    ``-inf`` logits mean "masked": they get weight 0. A row whose logits are all ``-inf`` (a
+    fully masked query) gets all-zero weights — not NaN — so that its attention output is the
+    zero vector. ``+inf`` and NaN are rejected.
+    """
+    check.floating("logits", logits, min_dim=1, allow_inf=True)
+    if torch.isposinf(logits).any():
+        raise ValueError(f"logits contain +inf (shape {check.shape_of(logits)}); only -inf (masked) is allowed")
+    row_max = logits.amax(dim=dim, keepdim=True)
+    # A fully masked row has max -inf; shift it by 0 instead so that no -inf - -inf = NaN appears.
+    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+    shifted = logits - row_max                                   # every entry ≤ 0 (or -inf)
+    exps = torch.exp(shifted)
+    normaliser = exps.sum(dim=dim, keepdim=True)                  # ≥ 1 unless the row is fully masked
+    normaliser = torch.where(normaliser > 0, normaliser, torch.ones_like(normaliser))
+    return exps / normaliser
+
+
+def _check_mask(mask: Tensor, scores_shape: torch.Size, dtype: torch.dtype) -> None:
+    if not isinstance(mask, torch.Tensor):
+        raise ValueError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool and mask.dtype != dtype:
+        raise ValueError(
+            f"mask must be boolean (True = may attend) or additive with the inputs' dtype {dtype}, "
+            f"got {mask.dtype} with shape {check.shape_of(mask)}"
+        )
+    try:
+        broadcast = torch.broadcast_shapes(mask.shape, scores_shape)
+    except RuntimeError:
+        broadcast = None
+    if broadcast != scores_shape:
+        raise ValueError(
+            f"mask of shape {check.shape_of(mask)} does not broadcast to the scores' shape "
+            f"(..., n, m) = {tuple(scores_shape)}"
+        )
+    if mask.dtype != torch.bool:
+        if torch.isnan(mask).any() or torch.isposinf(mask).any():
+            raise ValueError(f"additive mask of shape {check.shape_of(mask)} contains NaN or +inf")
+
+
+def apply_mask(scores: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
+    """Scores with masked positions set to ``-inf`` (boolean mask) or shifted (additive mask).
+
+    ``causal=True`` keeps key ``j`` for query ``i`` only when ``j ≤ i`` (top-left aligned, as
+    torch's ``is_causal``).
+    """
+    if mask is not None:
+        _check_mask(mask, scores.shape, scores.dtype)
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        else:
+            scores = scores + mask
+    if causal:
+        n, m = scores.shape[-2], scores.shape[-1]
+        causal_mask = torch.ones(n, m, dtype=torch.bool, device=scores.device).tril()  # (n, m)
+        scores = scores.masked_fill(~causal_mask, float("-inf"))
+    return scores
+
+
+def attention_from_scores(scores: Tensor, values: Tensor, mask: Tensor | None = None,
+                          causal: bool = False) -> AttentionResult:
+    r"""``softmax(mask(S)) V`` for any score matrix ``S`` (additive, cosine, GAT, …).
+
+    :math:`\alpha_{ij} = \mathrm{softmax}_j(s_{ij})`, :math:`y_i = \sum_j \alpha_{ij} v_j`.
+    """
+    check.floating("scores", scores, min_dim=2)
+    check.floating("values", values, min_dim=2)
+    check.same_dtype(scores=scores, values=values)
+    check.dim_equal("scores and values must cover the same keys", "scores", scores, -1, "values", values, -2)
+    check.batch_compatible(("scores", "values"), (scores, values))
+    scores = apply_mask(scores, mask, causal)
+    weights = softmax(scores, dim=-1)     # (..., n, m)
+    output = weights @ values             # (..., n, m) @ (..., m, d_v) -> (..., n, d_v)
+    return AttentionResult(output, weights)
+
+
+def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
+    check.floating("query", query, min_dim=2)
+    check.floating("key", key, min_dim=2)
+    check.floating("value", value, min_dim=2)
+    check.same_dtype(query=query, key=key, value=value)
+    check.dim_equal("query and key must have the same width d_k", "query", query, -1, "key", key, -1)
+    check.dim_equal("key and value must have the same length m", "key", key, -2, "value", value, -2)
+    check.batch_compatible(("query", "key", "value"), (query, key, value))
+
+
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
+                                 mask: Tensor | None = None, causal: bool = False,
+                                 scale: float | None = None) -> AttentionResult:
+    r"""Scaled dot-product attention of Vaswani et al. (2017), eq. 1.
+
+    .. math:: \mathrm{Attention}(Q, K, V) = \mathrm{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_k}}\right) V
+
+    Args:
+        query: ``(..., n, d_k)``; key: ``(..., m, d_k)``; value: ``(..., m, d_v)``.
+        mask: boolean (True = may attend) or additive, broadcastable to ``(..., n, m)``.
+        causal: keep only keys ``j ≤ i`` (combined with ``mask`` if both are given).
+        scale: factor on the scores, default ``1/√d_k``.
+
+    Returns the output ``(..., n, d_v)`` and the weights ``(..., n, m)``.
+    """
+    _check_qkv(query, key, value)
+    d_k = query.shape[-1]
+    scale = 1.0 / math.sqrt(d_k) if scale is None else scale
+    scores = query @ key.transpose(-2, -1)   # (..., n, d_k) @ (..., d_k, m) -> (..., n, m)
+    scores = scores * scale                  # divide by √d_k
+    scores = apply_mask(scores, mask, causal)
+    weights = softmax(scores, dim=-1)        # (..., n, m)
+    output = weights @ value                 # (..., n, m) @ (..., m, d_v) -> (..., n, d_v)
+    return AttentionResult(output, weights)
+
+
+def luong_dot_scores(queries: Tensor, keys: Tensor) -> Tensor:
+    r"""Luong et al. (2015) "dot" score :math:`e_{ij} = s_i \cdot h_j`; ``(..., n, m)``."""
+    check.floating("queries", queries, min_dim=2)
+    check.floating("keys", keys, min_dim=2)
+    check.same_dtype(queries=queries, keys=keys)
+    check.dim_equal("queries and keys must have the same width", "queries", queries, -1, "keys", keys, -1)
+    return queries @ keys.transpose(-2, -1)   # (..., n, d) @ (..., d, m) -> (..., n, m)
+
+
+def luong_general_scores(queries: Tensor, keys: Tensor, weight: Tensor) -> Tensor:
+    r"""Luong et al. (2015) "general" score :math:`e_{ij} = s_i^\top W h_j` (row form ``S W Hᵀ``).
+
+    ``queries (..., n, d_s)``, ``keys (..., m, d_h)``, ``weight (d_s, d_h)``.
+    """
+    check.floating("queries", queries, min_dim=2)
+    check.floating("keys", keys, min_dim=2)
+    check.floating("weight", weight, exact_dim=2)
+    check.same_dtype(queries=queries, keys=keys, weight=weight)
+    check.dim_equal("weight rows must match the query width", "queries", queries, -1, "weight", weight, 0)
+    check.dim_equal("weight columns must match the key width", "keys", keys, -1, "weight", weight, 1)
+    projected = queries @ weight                  # (..., n, d_s) @ (d_s, d_h) -> (..., n, d_h)
+    return projected @ keys.transpose(-2, -1)    # (..., n, d_h) @ (..., d_h, m) -> (..., n, m)
+
+
+def additive_scores(queries: Tensor, keys: Tensor, w_query: Tensor, w_key: Tensor, v: Tensor,
+                    activation: Callable[[Tensor], Tensor] = torch.tanh) -> Tensor:
+    r"""Additive (Bahdanau et al., 2015) score :math:`e_{ij} = v^\top \tanh(W s_i + U h_j)`.
+
+    Row form: ``queries (..., n, d_s)``, ``keys (..., m, d_h)``, ``w_query (d_s, d_a)``,
+    ``w_key (d_h, d_a)``, ``v (d_a,)``. ``activation`` replaces tanh (e.g. the identity, to
+    study the linearised score).
+    """
+    check.floating("queries", queries, min_dim=2)
+    check.floating("keys", keys, min_dim=2)
+    check.floating("w_query", w_query, exact_dim=2)
+    check.floating("w_key", w_key, exact_dim=2)
+    check.floating("v", v, exact_dim=1)
+    check.same_dtype(queries=queries, keys=keys, w_query=w_query, w_key=w_key, v=v)
+    check.dim_equal("w_query rows must match the query width", "queries", queries, -1, "w_query", w_query, 0)
+    check.dim_equal("w_key rows must match the key width", "keys", keys, -1, "w_key", w_key, 0)
+    check.dim_equal("w_query and w_key must map to the same width d_a", "w_query", w_query, 1, "w_key", w_key, 1)
+    check.dim_equal("v must have the width d_a", "w_key", w_key, 1, "v", v, 0)
+    query_term = queries @ w_query                              # (..., n, d_s) @ (d_s, d_a) -> (..., n, d_a)
+    key_term = keys @ w_key                                     # (..., m, d_h) @ (d_h, d_a) -> (..., m, d_a)
+    summed = query_term[..., :, None, :] + key_term[..., None, :, :]   # (..., n, m, d_a)
+    return activation(summed) @ v                               # (..., n, m, d_a) @ (d_a,) -> (..., n, m)
+
+
+def _unit_rows(name: str, x: Tensor) -> Tensor:
+    norms = x.norm(dim=-1, keepdim=True)          # (..., rows, 1)
+    if (norms == 0).any():
+        raise ValueError(f"{name} of shape {check.shape_of(x)} has a zero row: its cosine is undefined")
+    return x / norms
+
+
+def cosine_scores(queries: Tensor, keys: Tensor) -> Tensor:
+    r"""Cosine (content-based) score :math:`\cos(q_i, k_j) = q_i\cdot k_j / (\lVert q_i\rVert \lVert k_j\rVert)`.
+
+    ``queries (..., n, d)``, ``keys (..., m, d)`` → ``(..., n, m)`` with entries in ``[-1, 1]``.
+    A zero row has no direction: it raises ``ValueError``.
+    """
+    check.floating("queries", queries, min_dim=2)
+    check.floating("keys", keys, min_dim=2)
+    check.same_dtype(queries=queries, keys=keys)
+    check.dim_equal("queries and keys must have the same width", "queries", queries, -1, "keys", keys, -1)
+    unit_q = _unit_rows("queries", queries)
+    unit_k = _unit_rows("keys", keys)
+    return unit_q @ unit_k.transpose(-2, -1)      # (..., n, d) @ (..., d, m) -> (..., n, m)
+
+
+def cosine_attention(queries: Tensor, keys: Tensor, values: Tensor, beta: float | Tensor = 1.0,
+                     mask: Tensor | None = None) -> AttentionResult:
+    r"""Content-based addressing (Graves et al., 2014): :math:`\alpha_{ij} = \mathrm{softmax}_j(\beta \cos(q_i, k_j))`.
+
+    ``beta`` is the key strength (an inverse temperature); a tensor broadcastable to
+    ``(..., n, 1)`` gives one strength per query.
+    """
+    _check_qkv(queries, keys, values)
+    scores = cosine_scores(queries, keys)         # (..., n, m) in [-1, 1]
+    scores = beta * scores                        # strength β sharpens or flattens
+    return attention_from_scores(scores, values, mask)
+
+
+def parameter_free_self_attention(x: Tensor) -> AttentionResult:
+    r"""The basic self-attention with no parameters: :math:`y_i = \sum_j \mathrm{softmax}_j(x_i\cdot x_j)\, x_j`.
+
+    ``x (..., n, d)``; no projection and no scaling.
+    """
+    check.floating("x", x, min_dim=2)
+    scores = x @ x.transpose(-2, -1)              # (..., n, d) @ (..., d, n) -> (..., n, n)
+    weights = softmax(scores, dim=-1)
+    output = weights @ x                          # (..., n, n) @ (..., n, d) -> (..., n, d)
+    return AttentionResult(output, weights)
+
+
+def linear_attention(query: Tensor, key: Tensor, value: Tensor) -> AttentionResult:
+    r"""Attention with the softmax removed (the "bra-ket" form): :math:`y_i = \sum_j (q_i\cdot k_j)\, v_j`.
+
+    Equivalently :math:`Y = (Q K^\top) V = Q (K^\top V)`: the operator
+    :math:`\sum_j |v_j\rangle\langle k_j|` applied to each query. The weights returned are the raw,
+    unnormalised scores ``Q Kᵀ``.
+    """
+    _check_qkv(query, key, value)
+    scores = query @ key.transpose(-2, -1)        # (..., n, d_k) @ (..., d_k, m) -> (..., n, m)
+    output = scores @ value                       # (..., n, m) @ (..., m, d_v) -> (..., n, d_v)
+    return AttentionResult(output, scores)
+
+
+def _leaky_relu(x: Tensor, negative_slope: float) -> Tensor:
+    return torch.where(x >= 0, x, negative_slope * x)
+
+
+def gat_scores(nodes: Tensor, weight: Tensor, a: Tensor, negative_slope: float = 0.2,
+               nonlinearity: bool = True) -> Tensor:
+    r"""GAT scores (Veličković et al., 2018): :math:`e_{ij} = \mathrm{LeakyReLU}(a^\top [W h_i \,\Vert\, W h_j])`.
+
+    Row form: ``nodes (..., N, d_in)``, ``weight (d_in, d')``, ``a (2 d',)``. Splitting
+    ``a = [a_1; a_2]`` gives :math:`e_{ij} = \mathrm{LeakyReLU}(a_1^\top W h_i + a_2^\top W h_j)`.
+    ``nonlinearity=False`` drops the LeakyReLU. Mask non-edges with
+    :func:`attention_from_scores`.
+    """
+    check.floating("nodes", nodes, min_dim=2)
+    check.floating("weight", weight, exact_dim=2)
+    check.floating("a", a, exact_dim=1)
+    check.same_dtype(nodes=nodes, weight=weight, a=a)
+    check.dim_equal("weight rows must match the node width", "nodes", nodes, -1, "weight", weight, 0)
+    if a.shape[0] != 2 * weight.shape[1]:
+        raise ValueError(f"a must have 2·d' = {2 * weight.shape[1]} entries for weight {check.shape_of(weight)}, "
+                         f"got shape {check.shape_of(a)}")
+    d_out = weight.shape[1]
+    z = nodes @ weight                            # (..., N, d_in) @ (d_in, d') -> (..., N, d')
+    target_term = z @ a[:d_out]                   # a_1ᵀ W h_i: (..., N)
+    source_term = z @ a[d_out:]                   # a_2ᵀ W h_j: (..., N)
+    raw = target_term[..., :, None] + source_term[..., None, :]   # (..., N, N)
+    return _leaky_relu(raw, negative_slope) if nonlinearity else raw
+
+
+def gatv2_scores(nodes: Tensor, weight: Tensor, a: Tensor, negative_slope: float = 0.2) -> Tensor:
+    r"""GATv2 scores (Brody et al., 2022): :math:`e_{ij} = a^\top \mathrm{LeakyReLU}(W [h_i \,\Vert\, h_j])`.
+
+    Row form: ``nodes (..., N, d_in)``, ``weight (2 d_in, d')``, ``a (d',)``. The nonlinearity
+    sits between ``W`` and ``a``, so the ranking of neighbours can depend on the node ``i``.
+    """
+    check.floating("nodes", nodes, min_dim=2)
+    check.floating("weight", weight, exact_dim=2)
+    check.floating("a", a, exact_dim=1)
+    check.same_dtype(nodes=nodes, weight=weight, a=a)
+    d_in = nodes.shape[-1]
+    if weight.shape[0] != 2 * d_in:
+        raise ValueError(f"weight must have 2·d_in = {2 * d_in} rows for nodes {check.shape_of(nodes)}, "
+                         f"got shape {check.shape_of(weight)}")
+    check.dim_equal("a must have the width d'", "weight", weight, 1, "a", a, 0)
+    target_term = nodes @ weight[:d_in]           # (..., N, d_in) @ (d_in, d') -> (..., N, d')
+    source_term = nodes @ weight[d_in:]           # (..., N, d_in) @ (d_in, d') -> (..., N, d')
+    summed = target_term[..., :, None, :] + source_term[..., None, :, :]   # (..., N, N, d')
+    return _leaky_relu(summed, negative_slope) @ a                      # (..., N, N)

@@ -1,0 +1,267 @@
+r"""Multi-head attention, per head and packed, and conversion from/to ``torch.nn.MultiheadAttention``.
+
+.. math::
+    \mathrm{MultiHead}(X_q, X_k, X_v) = \mathrm{Concat}(\mathrm{head}_1, \dots, \mathrm{head}_h)\, W^O,
+    \qquad \mathrm{head}_i = \mathrm{Attention}(X_q W_i^Q, X_k W_i^K, X_v W_i^V)
+
+Weights are stored per head in row-vector form: ``w_q[i]`` is :math:`W_i^Q \in \mathbb{R}^{d \times d_k}`.
+``torch.nn.MultiheadAttention`` stores the three projections stacked as ``(out, in)``
+matrices; :meth:`MultiHeadWeights.from_torch` and :meth:`MultiHeadWeights.to_torch` transpose
+and split explicitly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from attnref import _validate as check
+from attnref.attention import AttentionResult, scaled_dot_product_attention
+
+Tensor = torch.Tensor
+
+
+@dataclass(frozen=True)
+class MultiHeadWeights:
+    """The parameters of one multi-head attention layer, one slice per head."""
+
+    w_q: Tensor            # (h, d, d_k): W_i^Q for every head i
+    w_k: Tensor            # (h, d_key_in, d_k): W_i^K (d_key_in = d in self-attention)
+    w_v: Tensor            # (h, d_value_in, d_v): W_i^V
+    w_o: Tensor            # (h·d_v, d): W^O, applied to the concatenated heads
+    b_q: Tensor | None = None   # (h, d_k)
+    b_k: Tensor | None = None   # (h, d_k)
+    b_v: Tensor | None = None   # (h, d_v)
+    b_o: Tensor | None = None   # (d,)
+
+    def __post_init__(self) -> None:
+        for name in ("w_q", "w_k", "w_v"):
+            check.floating(name, getattr(self, name), exact_dim=3)
+        check.floating("w_o", self.w_o, exact_dim=2)
+        h, _, d_k = self.w_q.shape
+        d_v = self.w_v.shape[2]
+        expected = {"w_k": (h, None, d_k), "w_v": (h, None, d_v)}
+        for name, (heads, _, width) in expected.items():
+            tensor = getattr(self, name)
+            if tensor.shape[0] != heads or tensor.shape[2] != width:
+                raise ValueError(f"{name} has shape {check.shape_of(tensor)}, expected ({heads}, ·, {width}) "
+                                 f"to match w_q {check.shape_of(self.w_q)} and w_v {check.shape_of(self.w_v)}")
+        if self.w_o.shape[0] != h * d_v:
+            raise ValueError(f"w_o has shape {check.shape_of(self.w_o)}, expected (h·d_v, d) = ({h * d_v}, ·)")
+        bias_shapes = {"b_q": (h, d_k), "b_k": (h, d_k), "b_v": (h, d_v), "b_o": (self.w_o.shape[1],)}
+        for name, shape in bias_shapes.items():
+            bias = getattr(self, name)
+            if bias is not None:
+                check.floating(name, bias)
+                if tuple(bias.shape) != shape:
+                    raise ValueError(f"{name} has shape {check.shape_of(bias)}, expected {shape}")
+        check.same_dtype(**{f.name: getattr(self, f.name) for f in self.__dataclass_fields__.values()})
+
+    # --- sizes -----------------------------------------------------------------------------
+    @property
+    def h(self) -> int:
+        return self.w_q.shape[0]
+
+    @property
+    def d(self) -> int:
+        return self.w_q.shape[1]
+
+    @property
+    def d_k(self) -> int:
+        return self.w_q.shape[2]
+
+    @property
+    def d_v(self) -> int:
+        return self.w_v.shape[2]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.w_q.dtype
+
+    # --- construction ----------------------------------------------------------------------
+    @classmethod
+    def random(cls, d: int, h: int, d_k: int | None = None, d_v: int | None = None, bias: bool = True,
+               generator: torch.Generator | None = None, dtype: torch.dtype = torch.float64) -> "MultiHeadWeights":
+        """Weights drawn from N(0, 1/d) (biases N(0, 1/d) too); ``d_k = d_v = d / h`` by default."""
+        check.positive_int("d", d)
+        check.positive_int("h", h)
+        if d_k is None or d_v is None:
+            if d % h != 0:
+                raise ValueError(f"d_model = {d} is not divisible by the number of heads h = {h}")
+            d_k = d // h if d_k is None else d_k
+            d_v = d // h if d_v is None else d_v
+        std = d ** -0.5
+
+        def draw(*shape: int) -> Tensor:
+            return torch.randn(*shape, generator=generator, dtype=dtype) * std
+
+        return cls(
+            w_q=draw(h, d, d_k), w_k=draw(h, d, d_k), w_v=draw(h, d, d_v), w_o=draw(h * d_v, d),
+            b_q=draw(h, d_k) if bias else None, b_k=draw(h, d_k) if bias else None,
+            b_v=draw(h, d_v) if bias else None, b_o=draw(d) if bias else None,
+        )
+
+    @classmethod
+    def from_torch(cls, module: torch.nn.MultiheadAttention) -> "MultiHeadWeights":
+        """Read the weights of a ``torch.nn.MultiheadAttention`` (transposing ``(out, in)`` to row form)."""
+        if module.bias_k is not None or module.add_zero_attn:
+            raise ValueError("MultiheadAttention with add_bias_kv or add_zero_attn is not supported")
+        d, h = module.embed_dim, module.num_heads
+        d_k = d // h
+        if module._qkv_same_embed_dim:
+            w_q_torch, w_k_torch, w_v_torch = module.in_proj_weight.detach().chunk(3, dim=0)  # each (d, d)
+        else:
+            w_q_torch = module.q_proj_weight.detach()   # (d, d)
+            w_k_torch = module.k_proj_weight.detach()   # (d, kdim)
+            w_v_torch = module.v_proj_weight.detach()   # (d, vdim)
+
+        def per_head(w_out_in: Tensor) -> Tensor:
+            # torch (out, in) = (h·d_k, d_in) -> row form (d_in, h·d_k) -> (d_in, h, d_k) -> (h, d_in, d_k)
+            d_in = w_out_in.shape[1]
+            return w_out_in.T.reshape(d_in, h, d_k).permute(1, 0, 2).clone()
+
+        biases: dict[str, Tensor | None] = {"b_q": None, "b_k": None, "b_v": None, "b_o": None}
+        if module.in_proj_bias is not None:
+            b_q, b_k, b_v = module.in_proj_bias.detach().chunk(3)     # each (d,)
+            biases.update(b_q=b_q.reshape(h, d_k).clone(), b_k=b_k.reshape(h, d_k).clone(),
+                          b_v=b_v.reshape(h, d_k).clone())
+        if module.out_proj.bias is not None:
+            biases["b_o"] = module.out_proj.bias.detach().clone()
+        return cls(w_q=per_head(w_q_torch), w_k=per_head(w_k_torch), w_v=per_head(w_v_torch),
+                   w_o=module.out_proj.weight.detach().T.clone(),      # (d, h·d_v) -> (h·d_v, d)
+                   **biases)
+
+    def to_torch(self) -> torch.nn.MultiheadAttention:
+        """A ``torch.nn.MultiheadAttention(batch_first=True)`` computing the same function."""
+        if self.d_k != self.d_v or self.d_k * self.h != self.d or self.w_o.shape[1] != self.d:
+            raise ValueError(f"torch.nn.MultiheadAttention needs d_k = d_v = d/h; got d = {self.d}, "
+                             f"h = {self.h}, d_k = {self.d_k}, d_v = {self.d_v}")
+        present = [b is not None for b in (self.b_q, self.b_k, self.b_v, self.b_o)]
+        if any(present) and not all(present):
+            raise ValueError("torch.nn.MultiheadAttention has either all four biases or none")
+        kdim, vdim = self.w_k.shape[1], self.w_v.shape[1]
+        module = torch.nn.MultiheadAttention(self.d, self.h, bias=all(present), kdim=kdim, vdim=vdim,
+                                             batch_first=True, dtype=self.dtype)
+        w_q, w_k, w_v = self.packed_projections()                 # (d_in, h·d_k) each
+        with torch.no_grad():
+            if module._qkv_same_embed_dim:
+                module.in_proj_weight.copy_(torch.cat([w_q.T, w_k.T, w_v.T], dim=0))   # (3d, d)
+            else:
+                module.q_proj_weight.copy_(w_q.T)
+                module.k_proj_weight.copy_(w_k.T)
+                module.v_proj_weight.copy_(w_v.T)
+            module.out_proj.weight.copy_(self.w_o.T)                                   # (d, h·d_v)
+            if all(present):
+                module.in_proj_bias.copy_(torch.cat([self.b_q.reshape(-1), self.b_k.reshape(-1),
+                                                     self.b_v.reshape(-1)]))
+                module.out_proj.bias.copy_(self.b_o)
+        return module
+
+    def packed_projections(self) -> tuple[Tensor, Tensor, Tensor]:
+        """The per-head projections side by side: ``(d_in, h·d_k)``, ``(d_in, h·d_k)``, ``(d_in, h·d_v)``."""
+        def pack(w: Tensor) -> Tensor:
+            h, d_in, width = w.shape
+            return w.permute(1, 0, 2).reshape(d_in, h * width)   # (h, d_in, w) -> (d_in, h, w) -> (d_in, h·w)
+        return pack(self.w_q), pack(self.w_k), pack(self.w_v)
+
+    def fused_bilinear(self, head: int) -> Tensor:
+        r"""The fused score matrix of one head, :math:`W_i = W_i^Q W_i^{K\top}` (``d × d_key_in``)."""
+        return self.w_q[head] @ self.w_k[head].T   # (d, d_k) @ (d_k, d_key_in) -> (d, d_key_in)
+
+
+def _inputs(query_input: Tensor, key_input: Tensor | None, value_input: Tensor | None,
+            weights: MultiHeadWeights) -> tuple[Tensor, Tensor, Tensor]:
+    key_input = query_input if key_input is None else key_input
+    value_input = key_input if value_input is None else value_input
+    check.floating("query_input", query_input, min_dim=2)
+    check.floating("key_input", key_input, min_dim=2)
+    check.floating("value_input", value_input, min_dim=2)
+    check.same_dtype(query_input=query_input, key_input=key_input, value_input=value_input, w_q=weights.w_q)
+    check.dim_equal("query_input width must match w_q", "query_input", query_input, -1, "w_q", weights.w_q, 1)
+    check.dim_equal("key_input width must match w_k", "key_input", key_input, -1, "w_k", weights.w_k, 1)
+    check.dim_equal("value_input width must match w_v", "value_input", value_input, -1, "w_v", weights.w_v, 1)
+    check.dim_equal("key_input and value_input must have the same length m",
+                    "key_input", key_input, -2, "value_input", value_input, -2)
+    return query_input, key_input, value_input
+
+
+def _combined_mask(mask: Tensor | None, key_mask: Tensor | None, key_input: Tensor) -> Tensor | None:
+    """``mask`` (True = may attend, broadcastable to (..., n, m)) and ``key_mask`` (..., m) combined."""
+    if key_mask is None:
+        return mask
+    if not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool:
+        raise ValueError(f"key_mask must be a boolean tensor (True = real key), got "
+                         f"{getattr(key_mask, 'dtype', type(key_mask).__name__)}")
+    if tuple(key_mask.shape) != tuple(key_input.shape[:-1]):
+        raise ValueError(f"key_mask has shape {check.shape_of(key_mask)}, expected the key positions "
+                         f"{tuple(key_input.shape[:-1])} of key_input {check.shape_of(key_input)}")
+    keys_allowed = key_mask[..., None, :]                       # (..., 1, m)
+    if mask is None:
+        return keys_allowed
+    if mask.dtype != torch.bool:
+        return mask.masked_fill(~keys_allowed, float("-inf"))   # additive mask, padded keys to -inf
+    return mask & keys_allowed
+
+
+def multi_head_attention(query_input: Tensor, weights: MultiHeadWeights, key_input: Tensor | None = None,
+                         value_input: Tensor | None = None, mask: Tensor | None = None,
+                         key_mask: Tensor | None = None, causal: bool = False) -> AttentionResult:
+    r"""Multi-head attention computed head by head, as written in the paper.
+
+    Args:
+        query_input: ``(..., n, d)``; key_input ``(..., m, d)`` and value_input ``(..., m, d)``
+            default to ``query_input`` (self-attention).
+        mask: boolean (True = may attend) or additive, broadcastable to ``(..., n, m)``.
+        key_mask: boolean ``(..., m)``, True for real keys, False for padding
+            (torch's ``key_padding_mask`` is its negation).
+
+    Returns the output ``(..., n, d)`` and the weights of every head ``(..., h, n, m)``.
+    """
+    x_q, x_k, x_v = _inputs(query_input, key_input, value_input, weights)
+    full_mask = _combined_mask(mask, key_mask, x_k)
+    heads, head_weights = [], []
+    for i in range(weights.h):
+        q_i = x_q @ weights.w_q[i]     # (..., n, d) @ (d, d_k) -> (..., n, d_k)
+        k_i = x_k @ weights.w_k[i]     # (..., m, d) @ (d, d_k) -> (..., m, d_k)
+        v_i = x_v @ weights.w_v[i]     # (..., m, d) @ (d, d_v) -> (..., m, d_v)
+        if weights.b_q is not None:
+            q_i, k_i, v_i = q_i + weights.b_q[i], k_i + weights.b_k[i], v_i + weights.b_v[i]
+        head_i = scaled_dot_product_attention(q_i, k_i, v_i, mask=full_mask, causal=causal)
+        heads.append(head_i.output)            # (..., n, d_v)
+        head_weights.append(head_i.weights)    # (..., n, m)
+    concatenated = torch.cat(heads, dim=-1)    # (..., n, h·d_v)
+    output = concatenated @ weights.w_o        # (..., n, h·d_v) @ (h·d_v, d) -> (..., n, d)
+    if weights.b_o is not None:
+        output = output + weights.b_o
+    return AttentionResult(output, torch.stack(head_weights, dim=-3))   # weights (..., h, n, m)
+
+
+def multi_head_attention_packed(query_input: Tensor, weights: MultiHeadWeights, key_input: Tensor | None = None,
+                                value_input: Tensor | None = None, mask: Tensor | None = None,
+                                key_mask: Tensor | None = None, causal: bool = False) -> AttentionResult:
+    """The same function as :func:`multi_head_attention`, with one ``d × h·d_k`` matrix per projection.
+
+    The heads are split by a reshape, attended in one batched call and merged by the inverse
+    reshape — the way fast implementations (and torch) compute it.
+    """
+    x_q, x_k, x_v = _inputs(query_input, key_input, value_input, weights)
+    full_mask = _combined_mask(mask, key_mask, x_k)
+    h, d_k, d_v = weights.h, weights.d_k, weights.d_v
+    w_q, w_k, w_v = weights.packed_projections()
+    q = x_q @ w_q                  # (..., n, d) @ (d, h·d_k) -> (..., n, h·d_k)
+    k = x_k @ w_k                  # (..., m, d) @ (d, h·d_k) -> (..., m, h·d_k)
+    v = x_v @ w_v                  # (..., m, d) @ (d, h·d_v) -> (..., m, h·d_v)
+    if weights.b_q is not None:
+        q, k, v = q + weights.b_q.reshape(-1), k + weights.b_k.reshape(-1), v + weights.b_v.reshape(-1)
+    q = q.unflatten(-1, (h, d_k)).transpose(-3, -2)   # (..., n, h, d_k) -> (..., h, n, d_k)
+    k = k.unflatten(-1, (h, d_k)).transpose(-3, -2)   # (..., h, m, d_k)
+    v = v.unflatten(-1, (h, d_v)).transpose(-3, -2)   # (..., h, m, d_v)
+    if full_mask is not None:
+        full_mask = full_mask.unsqueeze(-3)           # (..., 1, n, m): the same mask for every head
+    heads = scaled_dot_product_attention(q, k, v, mask=full_mask, causal=causal)
+    merged = heads.output.transpose(-3, -2).flatten(-2)   # (..., h, n, d_v) -> (..., n, h·d_v)
+    output = merged @ weights.w_o                         # (..., n, h·d_v) @ (h·d_v, d) -> (..., n, d)
+    if weights.b_o is not None:
+        output = output + weights.b_o
+    return AttentionResult(output, heads.weights)         # weights (..., h, n, m)

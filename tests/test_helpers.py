@@ -1,0 +1,92 @@
+"""attnref.symbolic, attnref.stats, attnref.seeding and the claims registry."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import sympy as sp
+import torch
+
+from attnref import claims, seeding, stats
+from attnref import symbolic as sym
+
+CATALOGUE = Path(__file__).resolve().parents[2] / "shared" / "CLAIMS.md"
+
+
+def test_homogeneity_degrees():
+    x = sym.matrix("x", 2, 2)
+    variables = list(x)
+    assert sym.homogeneity_degree(x * x.T, variables) == 2
+    assert sym.homogeneity_degree(x * x.T * x, variables) == 3
+    assert sym.homogeneity_degree(x + sp.ones(2, 2), variables) is None       # affine: not homogeneous
+    a, b = sp.symbols("a b", positive=True)
+    assert sym.homogeneity_degree(a / sp.sqrt(a**2 + b**2), [a, b]) == 0     # a normalised quantity
+
+
+def test_is_zero_decides_polynomial_identities():
+    x = sym.matrix("x", 2, 2)
+    assert sym.is_zero((x + x) - 2 * x)
+    assert not sym.is_zero(x * x - x)
+
+
+def test_expectation_uses_only_independence_and_moments():
+    q = sp.symbols("q1:4", real=True)
+    k = sp.symbols("k1:4", real=True)
+    dot = sum(qi * ki for qi, ki in zip(q, k))
+    assert sym.expectation(dot, q + k) == 0
+    assert sym.variance(dot, q + k) == 3
+    # correlated case q = k: E[q·q] = d
+    assert sym.expectation(sum(qi * qi for qi in q), q) == 3
+
+
+def test_mean_estimate_covers_the_true_mean():
+    samples = torch.randn(10_000, generator=seeding.generator("mean-estimate"), dtype=torch.float64) + 3
+    estimate = stats.mean_estimate(samples)
+    assert estimate.contains(3.0)
+    assert estimate.half_width == pytest.approx(5 / 100, rel=0.1)   # z·σ/√N with σ = 1
+
+
+def test_variance_estimate_covers_the_true_variance():
+    samples = torch.randn(10_000, generator=seeding.generator("variance-estimate"), dtype=torch.float64) * 2
+    assert stats.variance_estimate(samples).contains(4.0)
+
+
+def test_loglog_slope_of_a_power_law():
+    x = torch.logspace(-2, 2, 9, dtype=torch.float64)
+    assert stats.loglog_slope(x, 3 * x**2.5) == pytest.approx(2.5, abs=1e-12)
+
+
+def test_seed_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("ATTNREF_SEED", "5")
+    first = torch.randn(3, generator=seeding.generator("s"))
+    monkeypatch.setenv("ATTNREF_SEED", "6")
+    assert not torch.equal(first, torch.randn(3, generator=seeding.generator("s")))
+    monkeypatch.setenv("ATTNREF_SEED", "5")
+    assert torch.equal(first, torch.randn(3, generator=seeding.generator("s")))
+    monkeypatch.setenv("ATTNREF_SEED", "five")
+    with pytest.raises(ValueError, match="ATTNREF_SEED must be an integer, got 'five'"):
+        seeding.seed()
+
+
+def test_decide_maps_outcomes_to_verdicts():
+    assert claims.decide(True) == claims.HOLDS
+    assert claims.decide(True, "independent components") == claims.CONDITIONS
+    assert claims.decide(False) == claims.FAILS
+    assert claims.decide(torch.tensor(True).numpy()) == claims.HOLDS
+
+
+def test_record_demands_an_explanation_when_the_verdict_differs():
+    with pytest.raises(ValueError, match="differs from the catalogue"):
+        claims.record("Q1", holds=False, summary="", evidence=["numerical"])
+    verdict = claims.record("Q1", holds=False, summary="s", evidence=["numerical"], explanation="because")
+    assert verdict.verdict == claims.FAILS and "because" in verdict.markdown()
+
+
+@pytest.mark.skipif(not CATALOGUE.exists(), reason="../shared/CLAIMS.md is not beside the repository")
+def test_registry_lists_exactly_the_catalogue_ids():
+    text = CATALOGUE.read_text()
+    catalogue = dict(re.findall(r"^- \*\*([A-Z]\d+) ([a-z0-9-]+)\*\*", text, flags=re.M))
+    assert catalogue, "no claim IDs parsed from CLAIMS.md"
+    assert {cid: c.slug for cid, c in claims.CLAIMS.items()} == catalogue
