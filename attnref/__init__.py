@@ -26,6 +26,26 @@ Conventions
   ``key_padding_mask`` and boolean ``attn_mask`` mean the opposite; attnref converts.)
 * Checks run in float64. float32 inputs are accepted and computed in float32.
 
+Modules
+-------
+``attention``        softmax and single-head attention in all its forms (scaled dot-product,
+                     additive, Luong, cosine, parameter-free, linear/bra-ket, GAT, GATv2)
+``multihead``        multi-head attention per head and packed; conversion from/to torch
+``layers``           LayerNorm, feed-forward network, post-LN encoder layer, positional encoding
+``counts``           parameter and multiply–add counts, Vaswani et al. (2017) Table 3
+``symbolic``         sympy helpers (symbol matrices, homogeneity degree, expectations)
+``series``           truncated power series in a small parameter (fast, for sympy expansions)
+``lowrank``          exact and numerical ranks, rank modulo row shifts, single-head fits
+``logit_scale``      standardised random components, entropy, softmax Jacobian, slope bands
+``underflow``        the logit gap at which a softmax weight underflows to zero
+``sequence_layers``  position-wise and sliding-window linear layers as Conv1d
+``hull``             2-D convex hulls and separating directions
+``minilm``           all-MiniLM-L6-v2 built from attnref's parts (imported on demand only)
+``seeding``          the one seeded source of randomness (``ATTNREF_SEED``)
+``stats``            Monte-Carlo estimates with confidence bounds from the sample size
+``plotting``         the book's figure style
+``claims``           the claims registry and computed verdicts
+
 Input policy
 ------------
 Bad input raises ``ValueError`` naming the argument and the shapes: wrong rank, mismatched

@@ -58,13 +58,27 @@ def dim_equal(what: str, name_a: str, a: Tensor, axis_a: int, name_b: str, b: Te
         )
 
 
+def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The broadcast of the shapes, or None when they do not broadcast.
+
+    Plain Python on purpose: ``torch.broadcast_shapes`` imports sympy on its first call (~0.5 s).
+    """
+    length = max((len(s) for s in shapes), default=0)
+    result = []
+    for axis in range(1, length + 1):
+        sizes = {s[-axis] for s in shapes if len(s) >= axis}
+        non_one = sizes - {1}
+        if len(non_one) > 1:
+            return None
+        result.append(non_one.pop() if non_one else 1)
+    return tuple(reversed(result))
+
+
 def batch_compatible(names: tuple[str, ...], tensors: tuple[Tensor, ...], trailing: int = 2) -> None:
     """The leading (batch) dimensions of the tensors must broadcast together."""
-    try:
-        torch.broadcast_shapes(*(t.shape[:-trailing] for t in tensors))
-    except RuntimeError:
+    if broadcast_shapes(*(tuple(t.shape[:-trailing]) for t in tensors)) is None:
         listing = ", ".join(f"{n} {shape_of(t)}" for n, t in zip(names, tensors))
-        raise ValueError(f"batch dimensions do not broadcast: {listing}") from None
+        raise ValueError(f"batch dimensions do not broadcast: {listing}")
 
 
 def positive_int(name: str, value: int) -> int:

@@ -55,11 +55,8 @@ def _check_mask(mask: Tensor, scores_shape: torch.Size, dtype: torch.dtype) -> N
             f"mask must be boolean (True = may attend) or additive with the inputs' dtype {dtype}, "
             f"got {mask.dtype} with shape {check.shape_of(mask)}"
         )
-    try:
-        broadcast = torch.broadcast_shapes(mask.shape, scores_shape)
-    except RuntimeError:
-        broadcast = None
-    if broadcast != scores_shape:
+    broadcast = check.broadcast_shapes(tuple(mask.shape), tuple(scores_shape))
+    if broadcast != tuple(scores_shape):
         raise ValueError(
             f"mask of shape {check.shape_of(mask)} does not broadcast to the scores' shape "
             f"(..., n, m) = {tuple(scores_shape)}"

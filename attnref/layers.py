@@ -45,10 +45,17 @@ def layer_norm(x: Tensor, params: LayerNormParams | None = None) -> Tensor:
             check.same_dtype(x=x, **{name: value})
             if value.shape[0] != d:
                 raise ValueError(f"{name} has shape {check.shape_of(value)}, expected ({d},) for x {check.shape_of(x)}")
-    mean = x.mean(dim=-1, keepdim=True)                      # μ: (..., 1)
-    centred = x - mean                                       # x − μ
-    variance = (centred * centred).mean(dim=-1, keepdim=True)   # σ² (biased), two-pass for accuracy
-    normalised = centred / torch.sqrt(variance + params.eps)    # (x − μ)/√(σ² + ε)
+    # μ and σ are computed so that large offsets, tiny spreads and huge magnitudes lose no accuracy
+    # (checked against a 50-digit reference in tests/test_accuracy.py):
+    pivot = x[..., :1]                                       # one entry of each row: (..., 1)
+    shifted = x - pivot                                      # exact (Sterbenz) where the mean dominates
+    centred = shifted - shifted.mean(dim=-1, keepdim=True)   # x − μ = (x − x₁) − mean(x − x₁)
+    spread = centred.abs().amax(dim=-1, keepdim=True)        # s = max|x − μ|: (..., 1)
+    spread = torch.where(spread > 0, spread, torch.ones_like(spread))   # a constant row: s = 1
+    unit = centred / spread                                  # (x − μ)/s, entries in [−1, 1]
+    sigma = spread * torch.sqrt((unit * unit).mean(dim=-1, keepdim=True))   # σ (biased), no overflow
+    denominator = torch.hypot(sigma, sigma.new_tensor(math.sqrt(params.eps)))   # √(σ² + ε)
+    normalised = centred / denominator                       # (x − μ)/√(σ² + ε)
     if params.gain is not None:
         normalised = normalised * params.gain                # γ ⊙ …
     if params.bias is not None:

@@ -59,17 +59,18 @@ def mean_estimate(samples: Tensor, z: float = Z_DEFAULT) -> Estimate:
 
 
 def variance_estimate(samples: Tensor, z: float = Z_DEFAULT) -> Estimate:
-    r"""Unbiased sample variance with the bound :math:`z \sqrt{(\hat\mu_4 - \hat\sigma^4)/N}`.
+    r"""Unbiased sample variance with the bound :math:`z \sqrt{\widehat{\mathrm{Var}}(s^2)}`.
 
     The standard error of a sample variance depends on the fourth central moment
-    :math:`\mu_4`: :math:`\mathrm{Var}(s^2) \approx (\mu_4 - \sigma^4)/N`.
+    :math:`\mu_4`; exactly, :math:`\mathrm{Var}(s^2) = \big(\mu_4 - \sigma^4 \tfrac{N-3}{N-1}\big)/N`
+    (which stays positive even when :math:`\mu_4 = \sigma^4`, e.g. for ±1 samples).
     """
     x = _flat(samples)
     n = x.numel()
     centred = x - x.mean()
     variance = (centred ** 2).sum().item() / (n - 1)
     fourth = (centred ** 4).mean().item()
-    spread = max(fourth - variance ** 2, 0.0)
+    spread = max(fourth - variance ** 2 * (n - 3) / (n - 1), 0.0)   # exact Var(s²)·N
     return Estimate(variance, z * math.sqrt(spread / n), n, z)
 
 

@@ -99,7 +99,7 @@ def test_decoder_and_whole_model_parameter_count_match_torch():
     from attnref.counts import decoder_layer_parameter_count
     layer = torch.nn.TransformerDecoderLayer(64, 4, 256)
     assert decoder_layer_parameter_count(64, 4, 256) == sum(p.numel() for p in layer.parameters())
-    model = torch.nn.Transformer(64, 4, 2, 2, 256)
+    model = torch.nn.Transformer(64, 4, 2, 2, 256, batch_first=True)
     config = attnref.TransformerConfig(n_layers=2, d=64, d_ff=256, h=4, vocab=0, final_layer_norms=True)
     assert attnref.transformer_parameter_count(config)["total"] == sum(p.numel() for p in model.parameters())
 
