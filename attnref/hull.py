@@ -1,0 +1,110 @@
+r"""Convex hulls and separating directions, to check where attention outputs can lie.
+
+A point :math:`y` lies in the convex hull of the points :math:`v_1, \dots, v_m` exactly when no
+direction separates it from them:
+
+.. math:: y \in \mathrm{conv}\{v_j\} \iff u \cdot y \le \max_j u \cdot v_j \ \text{for every direction } u.
+
+:func:`separation` measures :math:`\max_u (u \cdot y - \max_j u \cdot v_j)` over given unit
+directions: a positive value is a certificate that ``y`` is outside. In two dimensions the
+outward edge normals of the hull (:func:`convex_hull_2d`, :func:`edge_normals_2d`) are the only
+directions that need checking, so there the test is exact: the separation is the signed
+distance to the nearest edge line (negative inside).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attnref import _validate as check
+
+Tensor = torch.Tensor
+
+
+def _cross(o: Tensor, a: Tensor, b: Tensor) -> float:
+    r"""z-component of :math:`(a - o) \times (b - o)`: > 0 for a counter-clockwise turn o → a → b."""
+    return float((a[0] - o[0]) * (b[1] - o[1]) - (a[1] - o[1]) * (b[0] - o[0]))
+
+
+def convex_hull_2d(points: Tensor) -> Tensor:
+    """The vertices of the convex hull of 2-D points, counter-clockwise (Andrew's monotone chain).
+
+    Sort the points by ``(x, y)``; build the lower chain left to right and the upper chain right
+    to left, popping the last vertex while it does not make a strict left turn; join the chains.
+    Points on an edge (collinear) are not vertices.
+
+    Args:
+        points: ``(p, 2)``, ``p ≥ 1``.
+
+    Returns ``(h, 2)``, starting at the lowest-leftmost point; ``h = 1`` if every point coincides,
+    ``h = 2`` if they are collinear.
+    """
+    check.floating("points", points, exact_dim=2)
+    if points.shape[1] != 2 or points.shape[0] == 0:
+        raise ValueError(f"points must have shape (p, 2) with p ≥ 1, got shape {check.shape_of(points)}")
+    order = sorted(range(points.shape[0]), key=lambda i: (float(points[i, 0]), float(points[i, 1])))
+    ordered = [points[i] for i in order]
+
+    def chain(sequence: list[Tensor]) -> list[Tensor]:
+        vertices: list[Tensor] = []
+        for p in sequence:
+            while len(vertices) >= 2 and _cross(vertices[-2], vertices[-1], p) <= 0:
+                vertices.pop()            # not a strict left turn: vertices[-1] is inside or on an edge
+            vertices.append(p)
+        return vertices
+
+    lower = chain(ordered)
+    upper = chain(ordered[::-1])
+    vertices = lower[:-1] + upper[:-1]    # each chain ends where the other starts
+    if not vertices:                      # every point coincides
+        vertices = [ordered[0]]
+    if len(vertices) == 2 and torch.equal(vertices[0], vertices[1]):
+        vertices = vertices[:1]
+    return torch.stack(vertices)          # (h, 2)
+
+
+def edge_normals_2d(hull: Tensor) -> Tensor:
+    r"""Unit outward normals of the edges of a counter-clockwise polygon, ``(h, 2)``.
+
+    Edge ``e`` runs from ``hull[e]`` to ``hull[e + 1]`` (cyclically); for a counter-clockwise
+    polygon its outward normal is the edge direction :math:`(t_x, t_y)` turned clockwise,
+    :math:`(t_y, -t_x) / \lVert t \rVert`.
+    """
+    check.floating("hull", hull, exact_dim=2)
+    if hull.shape[1] != 2 or hull.shape[0] < 3:
+        raise ValueError(f"hull must be a polygon of shape (h, 2) with h ≥ 3 vertices, got shape {check.shape_of(hull)}")
+    edges = torch.roll(hull, -1, dims=0) - hull              # (h, 2): hull[e + 1] - hull[e]
+    lengths = edges.norm(dim=1, keepdim=True)                # (h, 1)
+    if (lengths == 0).any():
+        raise ValueError(f"hull of shape {check.shape_of(hull)} has repeated consecutive vertices")
+    normals = torch.stack([edges[:, 1], -edges[:, 0]], dim=1)  # (h, 2): clockwise quarter turn
+    return normals / lengths
+
+
+def separation(points: Tensor, vertices: Tensor, directions: Tensor) -> Tensor:
+    r"""For each point, the largest gap :math:`\max_u (u \cdot y - \max_j u \cdot v_j)` over the directions.
+
+    Args:
+        points: ``(p, d)``, the points :math:`y` to test.
+        vertices: ``(m, d)``, the points :math:`v_j` whose hull is tested against.
+        directions: ``(r, d)``, unit directions :math:`u` (rows).
+
+    Returns ``(p,)``. A positive entry means some direction separates that point from the
+    hull (it is outside). Inside the hull every entry is ≤ 0 for every choice of directions;
+    with the outward edge normals of a 2-D hull the entry is exactly the signed distance to the
+    nearest edge line, so ≤ 0 is also sufficient.
+    """
+    check.floating("points", points, exact_dim=2)
+    check.floating("vertices", vertices, exact_dim=2)
+    check.floating("directions", directions, exact_dim=2)
+    check.same_dtype(points=points, vertices=vertices, directions=directions)
+    check.dim_equal("points and vertices must have the same width d", "points", points, 1, "vertices", vertices, 1)
+    check.dim_equal("points and directions must have the same width d", "points", points, 1,
+                    "directions", directions, 1)
+    norms = directions.norm(dim=1)
+    if ((norms - 1).abs() > 1e-9).any():
+        raise ValueError(f"directions of shape {check.shape_of(directions)} must be unit rows")
+    point_heights = points @ directions.T                    # (p, d) @ (d, r) -> (p, r): u · y
+    support = (vertices @ directions.T).amax(dim=0)          # (m, d) @ (d, r) -> (m, r) -> (r,): max_j u · v_j
+    gaps = point_heights - support                           # (p, r)
+    return gaps.amax(dim=1)                                  # (p,)

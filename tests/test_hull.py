@@ -1,0 +1,102 @@
+"""attnref.hull: the monotone-chain hull, edge normals and the separating-direction test."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from attnref import hull
+from conftest import randn
+
+
+def tensor(rows) -> torch.Tensor:
+    return torch.tensor(rows, dtype=torch.float64)
+
+
+def test_square_with_inner_and_edge_points():
+    points = tensor([[0, 0], [1, 0], [1, 1], [0, 1], [0.5, 0.5], [0.5, 0], [1, 0.5]])
+    assert torch.equal(hull.convex_hull_2d(points), tensor([[0, 0], [1, 0], [1, 1], [0, 1]]))
+
+
+def test_degenerate_inputs():
+    assert torch.equal(hull.convex_hull_2d(tensor([[2, 3]])), tensor([[2, 3]]))
+    assert torch.equal(hull.convex_hull_2d(tensor([[2, 3], [2, 3], [2, 3]])), tensor([[2, 3]]))
+    assert torch.equal(hull.convex_hull_2d(tensor([[2, 2], [0, 0], [1, 1]])), tensor([[0, 0], [2, 2]]))
+
+
+def test_hull_is_counter_clockwise_and_contains_every_point(gen):
+    points = randn(gen, 60, 2)
+    vertices = hull.convex_hull_2d(points)
+    edges = torch.roll(vertices, -1, 0) - vertices
+    turns = edges[:, 0] * torch.roll(edges, -1, 0)[:, 1] - edges[:, 1] * torch.roll(edges, -1, 0)[:, 0]
+    assert (turns > 0).all()                                       # strictly convex, counter-clockwise
+    gaps = hull.separation(points, vertices, hull.edge_normals_2d(vertices))
+    assert (gaps <= 1e-12).all()
+    # every vertex is one of the points
+    assert all(((points - v).abs().sum(dim=1) == 0).any() for v in vertices)
+
+
+def test_hull_matches_scipy(gen):
+    spatial = pytest.importorskip("scipy.spatial")
+    points = randn(gen, 40, 2)
+    vertices = hull.convex_hull_2d(points)
+    reference = points[torch.as_tensor(spatial.ConvexHull(points.numpy()).vertices)]
+    assert {tuple(v.tolist()) for v in vertices} == {tuple(v.tolist()) for v in reference}
+
+
+def test_separation_is_the_signed_distance_for_a_square():
+    square = tensor([[0, 0], [2, 0], [2, 2], [0, 2]])
+    normals = hull.edge_normals_2d(square)
+    assert torch.allclose(normals, tensor([[0, -1], [1, 0], [0, 1], [-1, 0]]))
+    gaps = hull.separation(tensor([[1, 1], [0.5, 1], [3, 1], [1, -0.25]]), square, normals)
+    assert torch.allclose(gaps, tensor([-1, -0.5, 1, 0.25]))
+
+
+def test_convex_combinations_are_never_separated(gen):
+    vertices = randn(gen, 6, 5)
+    weights = torch.softmax(randn(gen, 20, 6), dim=1)
+    directions = randn(gen, 200, 5)
+    directions = directions / directions.norm(dim=1, keepdim=True)
+    assert (hull.separation(weights @ vertices, vertices, directions) <= 1e-12).all()
+    u = directions[0]
+    beyond = vertices[(vertices @ u).argmax()] + u                   # one unit past the support in u
+    assert hull.separation(beyond[None], vertices, u[None]).item() == pytest.approx(1.0)
+
+
+def t(*shape: int, dtype=torch.float64) -> torch.Tensor:
+    return torch.ones(*shape, dtype=dtype)
+
+
+def test_convex_hull_2d_bad_shapes():
+    with pytest.raises(ValueError, match=r"points must have shape \(p, 2\) with p ≥ 1, got shape \(4, 3\)"):
+        hull.convex_hull_2d(t(4, 3))
+    with pytest.raises(ValueError, match=r"points must have shape \(p, 2\) with p ≥ 1, got shape \(0, 2\)"):
+        hull.convex_hull_2d(t(0, 2))
+    with pytest.raises(ValueError, match=r"points must have 2 dimensions, got shape \(4,\)"):
+        hull.convex_hull_2d(t(4))
+
+
+def test_convex_hull_2d_nan():
+    with pytest.raises(ValueError, match=r"points contains NaN \(shape \(2, 2\)\)"):
+        hull.convex_hull_2d(tensor([[0, 0], [math.nan, 1]]))
+
+
+def test_edge_normals_2d_needs_a_polygon():
+    with pytest.raises(ValueError, match=r"hull must be a polygon of shape \(h, 2\) with h ≥ 3 vertices, got shape \(2, 2\)"):
+        hull.edge_normals_2d(tensor([[0, 0], [1, 0]]))
+    with pytest.raises(ValueError, match=r"hull of shape \(3, 2\) has repeated consecutive vertices"):
+        hull.edge_normals_2d(tensor([[0, 0], [0, 0], [1, 1]]))
+
+
+def test_separation_width_mismatch():
+    with pytest.raises(ValueError, match=r"points has shape \(3, 2\) and vertices has shape \(4, 3\)"):
+        hull.separation(t(3, 2), t(4, 3), tensor([[1, 0]]))
+    with pytest.raises(ValueError, match=r"points has shape \(3, 2\) and directions has shape \(1, 3\)"):
+        hull.separation(t(3, 2), t(4, 2), tensor([[1, 0, 0]]))
+
+
+def test_separation_needs_unit_directions():
+    with pytest.raises(ValueError, match=r"directions of shape \(1, 2\) must be unit rows"):
+        hull.separation(t(3, 2), t(4, 2), tensor([[2, 0]]))
