@@ -1,0 +1,204 @@
+"""attnref.logit_scale: standardised components, entropy, softmax Jacobian, the cosine bound, slopes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import attnref
+from attnref import logit_scale, stats
+from attnref.stats import Estimate
+
+from conftest import PARITY_ATOL, randn
+
+
+# --- standardised_components -------------------------------------------------------------------
+
+@pytest.mark.parametrize("distribution", logit_scale.DISTRIBUTIONS)
+def test_components_have_mean_zero_and_variance_one(gen, distribution):
+    samples = logit_scale.standardised_components(distribution, 20_000, generator=gen)
+    assert samples.dtype == torch.float64 and samples.shape == (20_000,)
+    assert stats.mean_estimate(samples).contains(0.0)
+    # E[x²] = 1 (the mean is known to be 0). For ±1 samples x² = 1 exactly, so test it exactly:
+    # the delta-method band of a sample variance has zero width there.
+    second = samples ** 2
+    if distribution == "rademacher":
+        assert torch.equal(second, torch.ones_like(second))
+    else:
+        assert stats.mean_estimate(second).contains(1.0)
+
+
+def test_components_have_their_support(gen):
+    uniform = logit_scale.standardised_components("uniform", 1000, generator=gen)
+    assert uniform.abs().max() <= math.sqrt(3)
+    rademacher = logit_scale.standardised_components("rademacher", 4, 250, generator=gen)
+    assert rademacher.shape == (4, 250)
+    assert set(rademacher.unique().tolist()) == {-1.0, 1.0}
+
+
+def test_components_fourth_moments_differ(gen):
+    fourth = {dist: stats.mean_estimate(logit_scale.standardised_components(dist, 20_000, generator=gen) ** 4)
+              for dist in logit_scale.DISTRIBUTIONS}
+    assert fourth["gaussian"].contains(3.0)
+    assert fourth["uniform"].contains(9 / 5)
+    assert fourth["rademacher"].value == pytest.approx(1.0, abs=1e-15)
+
+
+def test_components_reject_an_unknown_distribution(gen):
+    with pytest.raises(ValueError, match=r"distribution must be one of \('gaussian', 'uniform', 'rademacher'\), got 'cauchy'"):
+        logit_scale.standardised_components("cauchy", 3, generator=gen)
+
+
+def test_components_reject_a_bad_shape(gen):
+    with pytest.raises(ValueError, match=r"shape\[1\] must be a positive int, got 0"):
+        logit_scale.standardised_components("gaussian", 3, 0, generator=gen)
+    with pytest.raises(ValueError, match=r"shape must name at least one dimension"):
+        logit_scale.standardised_components("gaussian", generator=gen)
+
+
+def test_components_reject_a_missing_generator():
+    with pytest.raises(ValueError, match="generator must be a torch.Generator, got int"):
+        logit_scale.standardised_components("gaussian", 3, generator=0)
+
+
+# --- attention_entropy -------------------------------------------------------------------------
+
+def test_entropy_of_uniform_and_one_hot_rows():
+    m = 7
+    uniform = torch.full((m,), 1 / m, dtype=torch.float64)
+    one_hot = torch.zeros(m, dtype=torch.float64)
+    one_hot[3] = 1.0
+    assert logit_scale.attention_entropy(uniform).item() == pytest.approx(math.log(m), abs=1e-14)
+    assert logit_scale.attention_entropy(one_hot).item() == 0.0
+
+
+def test_entropy_matches_torch_categorical(gen):
+    weights = attnref.softmax(randn(gen, 3, 4, 6))                     # (3, 4, 6)
+    entropy = logit_scale.attention_entropy(weights)
+    assert entropy.shape == (3, 4)
+    reference = torch.distributions.Categorical(probs=weights).entropy()
+    assert (entropy - reference).abs().max() < PARITY_ATOL
+
+
+def test_entropy_of_a_fully_masked_row_is_zero():
+    weights = torch.tensor([[0.5, 0.5], [0.0, 0.0]], dtype=torch.float64)
+    assert logit_scale.attention_entropy(weights).tolist() == pytest.approx([math.log(2), 0.0])
+
+
+def test_entropy_rejects_negative_weights():
+    with pytest.raises(ValueError, match=r"weights of shape \(3,\) have negative entries"):
+        logit_scale.attention_entropy(torch.tensor([1.5, -0.25, -0.25], dtype=torch.float64))
+
+
+def test_entropy_rejects_rows_that_do_not_sum_to_one():
+    with pytest.raises(ValueError, match=r"every row of weights \(shape \(2, 2\)\) must sum to 1"):
+        logit_scale.attention_entropy(torch.tensor([[0.5, 0.5], [0.5, 0.4]], dtype=torch.float64))
+
+
+def test_entropy_rejects_integer_weights():
+    with pytest.raises(ValueError, match="weights must have a floating dtype"):
+        logit_scale.attention_entropy(torch.tensor([1, 0]))
+
+
+# --- softmax_jacobian --------------------------------------------------------------------------
+
+def test_jacobian_matches_autograd(gen):
+    logits = randn(gen, 5)
+    jacobian = logit_scale.softmax_jacobian(attnref.softmax(logits))
+    reference = torch.autograd.functional.jacobian(lambda z: torch.softmax(z, dim=-1), logits)
+    assert (jacobian - reference).abs().max() < PARITY_ATOL
+
+
+def test_jacobian_is_batched_symmetric_and_has_zero_row_sums(gen):
+    weights = attnref.softmax(randn(gen, 2, 3, 4))
+    jacobian = logit_scale.softmax_jacobian(weights)
+    assert jacobian.shape == (2, 3, 4, 4)
+    assert (jacobian - jacobian.transpose(-2, -1)).abs().max() == 0
+    assert jacobian.sum(dim=-1).abs().max() < PARITY_ATOL       # softmax ignores a common shift
+
+
+def test_jacobian_of_a_one_hot_row_is_zero():
+    one_hot = torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64)
+    assert logit_scale.softmax_jacobian(one_hot).abs().max() == 0
+
+
+def test_jacobian_rejects_non_probabilities():
+    with pytest.raises(ValueError, match="must sum to 1"):
+        logit_scale.softmax_jacobian(torch.tensor([0.2, 0.2], dtype=torch.float64))
+    with pytest.raises(ValueError, match="weights contains NaN"):
+        logit_scale.softmax_jacobian(torch.tensor([float("nan"), 1.0], dtype=torch.float64))
+
+
+# --- cosine_max_weight_bound -------------------------------------------------------------------
+
+@pytest.mark.parametrize("beta", [0.0, 1.0, 3.5])
+def test_bound_is_attained_by_one_aligned_and_the_rest_anti_aligned_keys(gen, beta):
+    m, d = 6, 4
+    query = randn(gen, 1, d)
+    keys = torch.cat([2.0 * query, -0.5 * query.expand(m - 1, d)])          # (m, d)
+    weights = attnref.cosine_attention(query, keys, randn(gen, m, 3), beta=beta).weights
+    bound = logit_scale.cosine_max_weight_bound(m, beta)
+    assert abs(weights[0, 0].item() - bound) < PARITY_ATOL
+    assert bound == pytest.approx(math.exp(2 * beta) / (math.exp(2 * beta) + m - 1), rel=1e-14)
+
+
+def test_bound_limits():
+    assert logit_scale.cosine_max_weight_bound(1) == 1.0
+    assert logit_scale.cosine_max_weight_bound(5, 0.0) == pytest.approx(1 / 5, rel=1e-15)
+    assert logit_scale.cosine_max_weight_bound(10, 1000.0) == 1.0       # no overflow
+
+
+def test_bound_rejects_bad_input():
+    with pytest.raises(ValueError, match="m must be a positive int, got 0"):
+        logit_scale.cosine_max_weight_bound(0)
+    with pytest.raises(ValueError, match=r"beta must be a finite number ≥ 0, got -1.0"):
+        logit_scale.cosine_max_weight_bound(3, -1.0)
+    with pytest.raises(ValueError, match="beta must be a finite number ≥ 0, got inf"):
+        logit_scale.cosine_max_weight_bound(3, math.inf)
+
+
+# --- loglog_slope_estimate ---------------------------------------------------------------------
+
+def test_slope_of_an_exact_power_law_with_its_bound():
+    x = [1.0, 4.0, 16.0, 64.0]
+    estimates = [Estimate(3 * xi ** 1.5, 0.1 * 3 * xi ** 1.5, 100) for xi in x]
+    slope = logit_scale.loglog_slope_estimate(x, estimates)
+    assert slope.value == pytest.approx(1.5, abs=1e-12)
+    values = torch.tensor([e.value for e in estimates], dtype=torch.float64)
+    assert slope.value == pytest.approx(stats.loglog_slope(torch.tensor(x, dtype=torch.float64), values), abs=1e-12)
+    centred = torch.tensor(x, dtype=torch.float64).log() - torch.tensor(x, dtype=torch.float64).log().mean()
+    weights = centred / (centred ** 2).sum()
+    expected = weights.abs().sum().item() * max(math.log(1.1), -math.log(0.9))
+    assert slope.half_width == pytest.approx(expected, rel=1e-12)
+    assert slope.samples == 100
+
+
+def test_slope_bound_covers_every_slope_inside_the_intervals():
+    x = [2.0, 8.0, 32.0]
+    estimates = [Estimate(xi ** -0.5, 0.2 * xi ** -0.5, 50) for xi in x]
+    slope = logit_scale.loglog_slope_estimate(x, estimates)
+    for corner in ([1, -1, 1], [-1, 1, -1], [1, 1, -1], [-1, -1, 1]):
+        y = [e.value + c * e.half_width for e, c in zip(estimates, corner)]
+        assert slope.contains(stats.loglog_slope(torch.tensor(x, dtype=torch.float64), torch.tensor(y, dtype=torch.float64)))
+
+
+def test_slope_of_standard_deviations_from_variances():
+    x = [1.0, 10.0, 100.0]
+    variances = [Estimate(xi, 0.01 * xi, 10) for xi in x]             # Var ∝ x, so std ∝ √x
+    assert logit_scale.loglog_slope_estimate(x, variances, power=0.5).value == pytest.approx(0.5, abs=1e-12)
+
+
+def test_slope_rejects_bad_input():
+    good = [Estimate(1.0, 0.1, 10), Estimate(2.0, 0.1, 10)]
+    with pytest.raises(ValueError, match=r"one entry per estimate .* got x of shape \(3,\) and 2 estimates"):
+        logit_scale.loglog_slope_estimate([1.0, 2.0, 3.0], good)
+    with pytest.raises(ValueError, match="every estimate's interval must lie above 0"):
+        logit_scale.loglog_slope_estimate([1.0, 2.0], [Estimate(1.0, 2.0, 10), Estimate(2.0, 0.1, 10)])
+    with pytest.raises(ValueError, match="x must be positive"):
+        logit_scale.loglog_slope_estimate([0.0, 2.0], good)
+    with pytest.raises(ValueError, match="estimates must be attnref.stats.Estimate objects"):
+        logit_scale.loglog_slope_estimate([1.0, 2.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match="power must be a finite number > 0, got 0"):
+        logit_scale.loglog_slope_estimate([1.0, 2.0], good, power=0)
