@@ -1,7 +1,11 @@
-r"""Parameter counts of attention layers and whole encoder/decoder Transformers.
+r"""Parameter counts of attention layers and whole encoder/decoder Transformers, and
+multiply–add counts of the score computation.
 
 Every count is a sum of matrix sizes written out term by term, so that it can be checked
-against ``sum(p.numel() for p in module.parameters())`` of the torch module.
+against ``sum(p.numel() for p in module.parameters())`` of the torch module. The
+multiply–add counts are read off the shapes of the matrix products, one product per line;
+they accept sympy symbols as well as ints, so the notebook derives the formulas with the
+same functions that it evaluates on numbers.
 """
 
 from __future__ import annotations
@@ -35,23 +39,23 @@ def feed_forward_parameter_count(d: int, d_ff: int, bias: bool = True) -> int:
     return 2 * d * d_ff + ((d_ff + d) if bias else 0)
 
 
-def layer_norm_parameter_count(d: int) -> int:
-    """Gain and bias: ``2d``."""
-    return 2 * d
+def layer_norm_parameter_count(d: int, bias: bool = True) -> int:
+    """Gain and bias: ``2d`` (``d`` without the bias, as ``torch.nn.LayerNorm(bias=False)``)."""
+    return 2 * d if bias else d
 
 
 def encoder_layer_parameter_count(d: int, h: int, d_ff: int, d_k: int | None = None,
-                                  d_v: int | None = None) -> int:
+                                  d_v: int | None = None, bias: bool = True) -> int:
     """Self-attention + FFN + two LayerNorms (``torch.nn.TransformerEncoderLayer``)."""
-    return (attention_parameter_count(d, h, d_k, d_v) + feed_forward_parameter_count(d, d_ff)
-            + 2 * layer_norm_parameter_count(d))
+    return (attention_parameter_count(d, h, d_k, d_v, bias) + feed_forward_parameter_count(d, d_ff, bias)
+            + 2 * layer_norm_parameter_count(d, bias))
 
 
 def decoder_layer_parameter_count(d: int, h: int, d_ff: int, d_k: int | None = None,
-                                  d_v: int | None = None) -> int:
+                                  d_v: int | None = None, bias: bool = True) -> int:
     """Self-attention + cross-attention + FFN + three LayerNorms (``torch.nn.TransformerDecoderLayer``)."""
-    return (2 * attention_parameter_count(d, h, d_k, d_v) + feed_forward_parameter_count(d, d_ff)
-            + 3 * layer_norm_parameter_count(d))
+    return (2 * attention_parameter_count(d, h, d_k, d_v, bias) + feed_forward_parameter_count(d, d_ff, bias)
+            + 3 * layer_norm_parameter_count(d, bias))
 
 
 @dataclass(frozen=True)
@@ -67,16 +71,123 @@ class TransformerConfig:
     vocab: int = 37000           # shared source–target BPE vocabulary (EN–DE)
     shared_embeddings: bool = True   # one matrix for both embeddings and the pre-softmax layer
     final_layer_norms: bool = False  # torch.nn.Transformer adds one LayerNorm after each stack
+    bias: bool = True            # biases of every Linear and LayerNorm (torch's `bias=` flag)
 
 
 def transformer_parameter_count(config: TransformerConfig) -> dict[str, int]:
-    """Parameters of an encoder–decoder Transformer, by part, with the total under ``"total"``."""
+    """Parameters of an encoder–decoder Transformer, by part, with the total under ``"total"``.
+
+    ``"embeddings"`` is ``vocab · d`` for one shared matrix (source embedding = target
+    embedding = pre-softmax weight), ``3 · vocab · d`` for three separate ones. Positional
+    encodings are sinusoidal: no parameters.
+    """
     c = config
     parts = {
         "embeddings": c.vocab * c.d * (1 if c.shared_embeddings else 3),
-        "encoder": c.n_layers * encoder_layer_parameter_count(c.d, c.h, c.d_ff, c.d_k, c.d_v),
-        "decoder": c.n_layers * decoder_layer_parameter_count(c.d, c.h, c.d_ff, c.d_k, c.d_v),
-        "final_layer_norms": 2 * layer_norm_parameter_count(c.d) if c.final_layer_norms else 0,
+        "encoder": c.n_layers * encoder_layer_parameter_count(c.d, c.h, c.d_ff, c.d_k, c.d_v, c.bias),
+        "decoder": c.n_layers * decoder_layer_parameter_count(c.d, c.h, c.d_ff, c.d_k, c.d_v, c.bias),
+        "final_layer_norms": 2 * layer_norm_parameter_count(c.d, c.bias) if c.final_layer_norms else 0,
     }
     parts["total"] = sum(parts.values())
     return parts
+
+
+# --- published counts ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PublishedCount:
+    """One row of Vaswani et al. (2017), Table 3, with its published parameter count."""
+
+    row: str                   # the row as the table labels it
+    config: TransformerConfig  # the row's architecture (unlisted entries are the base model's)
+    millions: int | None       # the "params ×10⁶" column; None where the table leaves it blank
+
+
+#: The rows of Table 3 of Vaswani et al. (2017) that change the architecture. Rows (A) keep
+#: h·d_k = d and the table lists no parameter count for them; rows (D) and (E) change only
+#: dropout, label smoothing or the positional encoding and are left out.
+VASWANI2017_TABLE3: tuple[PublishedCount, ...] = (
+    PublishedCount("base", TransformerConfig(), 65),
+    PublishedCount("(A) h=1", TransformerConfig(h=1, d_k=512, d_v=512), None),
+    PublishedCount("(A) h=4", TransformerConfig(h=4, d_k=128, d_v=128), None),
+    PublishedCount("(A) h=16", TransformerConfig(h=16, d_k=32, d_v=32), None),
+    PublishedCount("(A) h=32", TransformerConfig(h=32, d_k=16, d_v=16), None),
+    PublishedCount("(B) d_k=16", TransformerConfig(d_k=16, d_v=64), 58),
+    PublishedCount("(B) d_k=32", TransformerConfig(d_k=32, d_v=64), 60),
+    PublishedCount("(C) N=2", TransformerConfig(n_layers=2), 36),
+    PublishedCount("(C) N=4", TransformerConfig(n_layers=4), 50),
+    PublishedCount("(C) N=8", TransformerConfig(n_layers=8), 80),
+    PublishedCount("(C) d=256", TransformerConfig(d=256, d_k=32, d_v=32), 28),
+    PublishedCount("(C) d=1024", TransformerConfig(d=1024, d_k=128, d_v=128), 168),
+    PublishedCount("(C) d_ff=1024", TransformerConfig(d_ff=1024), 53),
+    PublishedCount("(C) d_ff=4096", TransformerConfig(d_ff=4096), 90),
+    PublishedCount("big", TransformerConfig(d=1024, d_ff=4096, h=16), 213),
+)
+
+
+def implied_vocabulary(config: TransformerConfig, millions: int) -> tuple[float, float]:
+    r"""The embedding sizes ``vocab`` for which ``config``'s total rounds to ``millions`` · 10⁶.
+
+    With :math:`P(V) = P_0 + k V d` (``k`` = 1 shared or 3 separate embedding matrices, ``P_0``
+    everything else), :math:`|P(V) - M\cdot 10^6| \le \tfrac12 10^6` gives
+    :math:`V \in [((M - \tfrac12) 10^6 - P_0)/(k d),\ ((M + \tfrac12) 10^6 - P_0)/(k d)]`.
+    """
+    check.positive_int("millions", millions)
+    parts = transformer_parameter_count(config)
+    rest = parts["total"] - parts["embeddings"]                  # P_0
+    per_token = config.d * (1 if config.shared_embeddings else 3)  # k d
+    low = ((millions - 0.5) * 1e6 - rest) / per_token
+    high = ((millions + 0.5) * 1e6 - rest) / per_token
+    return low, high
+
+
+# --- multiply–add counts ---------------------------------------------------------------------
+
+def _size(name: str, value):
+    """A matrix dimension: a positive int, or a sympy expression not known to be ≤ 0."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    import sympy as sp   # only symbolic callers pay for the import
+    if isinstance(value, sp.Expr) and value.is_positive is not False and not value.is_number:
+        return value
+    if isinstance(value, sp.Integer) and value > 0:
+        return int(value)
+    raise ValueError(f"{name} must be a positive int or a sympy symbol, got {value!r}")
+
+
+def matmul_multiply_adds(a_shape: tuple, b_shape: tuple) -> int:
+    r"""Multiply–adds of one product :math:`(p \times q)(q \times r)`: :math:`p\,q\,r`.
+
+    ``a_shape = (p, q)``, ``b_shape = (q, r)``; entries may be ints or sympy symbols.
+    """
+    if len(a_shape) != 2 or len(b_shape) != 2:
+        raise ValueError(f"a_shape and b_shape must be (rows, cols) pairs, got {a_shape} and {b_shape}")
+    p, q = (_size("a_shape", s) for s in a_shape)
+    q_b, r = (_size("b_shape", s) for s in b_shape)
+    if q != q_b:
+        raise ValueError(f"inner dimensions differ: a_shape {tuple(a_shape)} and b_shape {tuple(b_shape)} "
+                         f"({q} != {q_b})")
+    return p * q * r
+
+
+def score_multiply_adds(n, d, d_k, m=None, fused: bool = False):
+    r"""Multiply–adds of one head's score matrix :math:`S \in \mathbb{R}^{n \times m}`.
+
+    Factored (``fused=False``), :math:`S = (X_q W_i^Q)(X_k W_i^K)^\top`:
+    :math:`n d d_k + m d d_k + n m d_k` (:math:`2 n d d_k + n^2 d_k` in self-attention).
+
+    Fused (``fused=True``), :math:`S = (X_q W_i) X_k^\top` with the stored
+    :math:`W_i = W_i^Q W_i^{K\top} \in \mathbb{R}^{d\times d}`: :math:`n d^2 + n m d`
+    (:math:`n d^2 + n^2 d`); forming :math:`W_i` itself (:math:`d^2 d_k`, once per weight
+    update) is not included. ``m`` defaults to ``n``.
+    """
+    m = n if m is None else m
+    n, m, d, d_k = _size("n", n), _size("m", m), _size("d", d), _size("d_k", d_k)
+    if not fused:
+        queries = matmul_multiply_adds((n, d), (d, d_k))     # Q_i = X_q W_i^Q: (n, d)(d, d_k)
+        keys = matmul_multiply_adds((m, d), (d, d_k))        # K_i = X_k W_i^K: (m, d)(d, d_k)
+        scores = matmul_multiply_adds((n, d_k), (d_k, m))    # Q_i K_iᵀ: (n, d_k)(d_k, m)
+        return queries + keys + scores
+    projected = matmul_multiply_adds((n, d), (d, d))         # X_q W_i: (n, d)(d, d)
+    scores = matmul_multiply_adds((n, d), (d, m))            # (X_q W_i) X_kᵀ: (n, d)(d, m)
+    return projected + scores

@@ -1,0 +1,121 @@
+"""attnref.counts: parameter counts against torch modules, Table 3 data, multiply–add counts."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import sympy as sp
+import torch
+
+from attnref import counts
+
+
+def numel(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_layer_counts_match_torch_with_and_without_bias(bias):
+    encoder = torch.nn.TransformerEncoderLayer(32, 4, 64, bias=bias, batch_first=True, device="meta")
+    decoder = torch.nn.TransformerDecoderLayer(32, 4, 64, bias=bias, batch_first=True, device="meta")
+    assert counts.encoder_layer_parameter_count(32, 4, 64, bias=bias) == numel(encoder)
+    assert counts.decoder_layer_parameter_count(32, 4, 64, bias=bias) == numel(decoder)
+    assert counts.layer_norm_parameter_count(32, bias=bias) == numel(torch.nn.LayerNorm(32, bias=bias))
+
+
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
+@pytest.mark.parametrize("bias", [True, False])
+def test_whole_model_count_matches_torch_transformer(bias):
+    model = torch.nn.Transformer(64, 4, 2, 3, 128, bias=bias, batch_first=True, device="meta")
+    # torch.nn.Transformer needs equal encoder/decoder depth in our config: compare per stack.
+    config = counts.TransformerConfig(n_layers=2, d=64, d_ff=128, h=4, vocab=0, final_layer_norms=True, bias=bias)
+    parts = counts.transformer_parameter_count(config)
+    assert parts["encoder"] == numel(model.encoder.layers)
+    assert parts["decoder"] == 2 * numel(model.decoder.layers[0])
+    assert parts["final_layer_norms"] == numel(model.encoder.norm) + numel(model.decoder.norm)
+
+
+def test_base_transformer_count_with_shared_embedding():
+    model = torch.nn.Transformer(512, 8, 6, 6, 2048, batch_first=True, device="meta")
+    parts = counts.transformer_parameter_count(counts.TransformerConfig(final_layer_norms=True))
+    assert parts["total"] == numel(model) + 37000 * 512
+    assert parts["embeddings"] == 37000 * 512
+    unshared = counts.transformer_parameter_count(counts.TransformerConfig(shared_embeddings=False))
+    assert unshared["embeddings"] == 3 * 37000 * 512
+
+
+def test_existing_positional_signatures_still_work():
+    assert counts.encoder_layer_parameter_count(64, 4, 256) == counts.encoder_layer_parameter_count(64, 4, 256, None, None, True)
+    assert counts.attention_parameter_count(512, 8) == 4 * 512 * 512 + 4 * 512
+
+
+def test_table3_rows():
+    rows = {entry.row: entry for entry in counts.VASWANI2017_TABLE3}
+    assert rows["base"].millions == 65 and rows["big"].millions == 213
+    assert [rows[f"(A) h={h}"].millions for h in (1, 4, 16, 32)] == [None] * 4
+    assert all(rows[f"(A) h={h}"].config.h * rows[f"(A) h={h}"].config.d_k == 512 for h in (1, 4, 16, 32))
+    assert rows["(B) d_k=16"].config.d_v == 64 and rows["(C) d=1024"].config.d_k == 128
+    # Rows (A) keep h·d_k = d, so their count is the base count exactly.
+    base = counts.transformer_parameter_count(rows["base"].config)["total"]
+    for h in (1, 4, 16, 32):
+        assert counts.transformer_parameter_count(rows[f"(A) h={h}"].config)["total"] == base
+
+
+def test_implied_vocabulary_brackets_the_rounding():
+    config = counts.TransformerConfig()
+    low, high = counts.implied_vocabulary(config, 65)
+
+    def total(vocab: int) -> int:
+        return counts.transformer_parameter_count(dataclasses.replace(config, vocab=vocab))["total"]
+
+    assert total(math.ceil(low)) >= 64.5e6 > total(math.floor(low))
+    assert total(math.floor(high)) <= 65.5e6 < total(math.ceil(high))
+    assert high - low == pytest.approx(1e6 / 512)
+    unshared_low, unshared_high = counts.implied_vocabulary(dataclasses.replace(config, shared_embeddings=False), 101)
+    assert unshared_high - unshared_low == pytest.approx(1e6 / (3 * 512))
+
+
+def test_implied_vocabulary_bad_millions():
+    with pytest.raises(ValueError, match="millions must be a positive int, got 0"):
+        counts.implied_vocabulary(counts.TransformerConfig(), 0)
+
+
+def test_matmul_multiply_adds():
+    assert counts.matmul_multiply_adds((2, 3), (3, 5)) == 30
+    p, q, r = sp.symbols("p q r", positive=True)
+    assert counts.matmul_multiply_adds((p, q), (q, r)) == p * q * r
+
+
+def test_matmul_multiply_adds_inner_mismatch():
+    with pytest.raises(ValueError, match=r"inner dimensions differ: a_shape \(2, 3\) and b_shape \(4, 5\)"):
+        counts.matmul_multiply_adds((2, 3), (4, 5))
+
+
+def test_matmul_multiply_adds_bad_shapes():
+    with pytest.raises(ValueError, match="a_shape and b_shape must be"):
+        counts.matmul_multiply_adds((2, 3, 4), (4, 5))
+    with pytest.raises(ValueError, match="a_shape must be a positive int or a sympy symbol, got 0"):
+        counts.matmul_multiply_adds((0, 3), (3, 5))
+    with pytest.raises(ValueError, match="b_shape must be a positive int or a sympy symbol, got 2.5"):
+        counts.matmul_multiply_adds((2, 3), (3, 2.5))
+    negative = sp.Symbol("z", negative=True)
+    with pytest.raises(ValueError, match="a_shape must be a positive int or a sympy symbol"):
+        counts.matmul_multiply_adds((negative, 3), (3, 5))
+
+
+def test_score_multiply_adds_formulas():
+    n, d, d_k, m = sp.symbols("n d d_k m", positive=True)
+    assert sp.expand(counts.score_multiply_adds(n, d, d_k) - (2 * n * d * d_k + n**2 * d_k)) == 0
+    assert sp.expand(counts.score_multiply_adds(n, d, d_k, fused=True) - (n * d**2 + n**2 * d)) == 0
+    assert sp.expand(counts.score_multiply_adds(n, d, d_k, m=m) - (n * d * d_k + m * d * d_k + n * m * d_k)) == 0
+    assert counts.score_multiply_adds(128, 512, 64) == 2 * 128 * 512 * 64 + 128**2 * 64
+    assert counts.score_multiply_adds(128, 512, 64, fused=True) == 128 * 512**2 + 128**2 * 512
+
+
+def test_score_multiply_adds_bad_sizes():
+    with pytest.raises(ValueError, match="d_k must be a positive int or a sympy symbol, got -1"):
+        counts.score_multiply_adds(4, 8, -1)
+    with pytest.raises(ValueError, match="n must be a positive int or a sympy symbol, got True"):
+        counts.score_multiply_adds(True, 8, 2)
