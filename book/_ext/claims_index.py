@@ -1,0 +1,572 @@
+"""Pages generated at build time: the claims index, the headline verdicts, the execution report.
+
+Nothing on these pages is typed by hand. At every build the extension reads
+
+* the claims registry (:data:`attnref.claims.CLAIMS`, :data:`attnref.claims.CHAPTERS`),
+* the committed, executed notebooks: every output whose metadata carries
+  ``attnref_verdict`` (written by ``claims.record`` and, in chapter 6, ``claims.recheck``),
+  and the section targets ``(claim-<id>)=`` / ``(real-<id>)=`` and ``:label: <id>`` of the
+  ``prf:proposition`` blocks in their markdown,
+* ``book/_data/report.json`` (written by ``make bench``) for the execution report,
+
+and replaces a placeholder block in a page's source with the generated MyST markdown
+(on ``source-read``, so the text is parsed like any other page):
+
+````markdown
+```{claims-index}
+```
+
+```{claims-table} Q1 C3 H2 C2 L2
+```
+
+```{execution-report}
+```
+````
+
+The pages that hold a placeholder are re-read on every build (``env-get-outdated``), so an
+incremental build never shows a stale verdict. A claim without a verdict yet is listed as
+*not yet verified* (``tests/test_claims_index.py`` fails on it); a verdict that cannot be
+placed (unknown ID, a second verdict for one ID, a verdict without its section target or
+proposition label) is a build warning, hence an error under ``-W``.
+
+The scanning functions are plain Python (no Sphinx needed) and are what the tests use.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from attnref import claims as registry
+
+#: Where the generated markdown goes: a fenced placeholder block with an optional argument.
+PLACEHOLDER = re.compile(
+    r"^(?P<fence>`{3,})\{(?P<name>claims-index|claims-table|execution-report)\}[ \t]*(?P<arg>[^\n]*)\n"
+    r"(?P=fence)[ \t]*$",
+    re.MULTILINE,
+)
+#: A MyST target line, ``(claim-q1)=``.
+TARGET = re.compile(r"^\((?P<name>[A-Za-z0-9_.:-]+)\)=[ \t]*$", re.MULTILINE)
+#: The option block of a ``prf:proposition`` directive (backtick or colon fence).
+PROPOSITION = re.compile(
+    r"^[ \t]*(?:`{3,}|:{3,})\{prf:proposition\}[^\n]*\n(?P<options>(?:[ \t]*:[\w-]+:[^\n]*\n)*)",
+    re.MULTILINE,
+)
+LABEL_OPTION = re.compile(r"^[ \t]*:label:[ \t]*(?P<label>\S+)", re.MULTILINE)
+#: The opening line of a ``prf:proof`` directive.
+PROOF = re.compile(r"^[ \t]*(?:`{3,}|:{3,})\{prf:proof\}", re.MULTILINE)
+
+REPORT_PATH = Path("book") / "_data" / "report.json"
+
+BADGE = {registry.HOLDS: "bdg-success", registry.CONDITIONS: "bdg-warning", registry.FAILS: "bdg-danger"}
+PENDING = "not yet verified"
+CHECK = "✓"
+
+
+# ---------------------------------------------------------------------------------------------
+# Scanning the notebooks
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class VerdictOutput:
+    """One ``attnref_verdict`` output of an executed notebook, and where it sits."""
+
+    id: str
+    verdict: str
+    evidence: tuple[str, ...]
+    conditions: str | None
+    chapter: int
+    real_model: bool
+    notebook: str                 # path relative to the repository root, without suffix
+    cell: int                     # index of the code cell that displays it
+    section: str | None           # the last target of the verdict's kind above the cell
+    labels: tuple[str, ...]       # prf:proposition labels between that target and the cell
+    proofs: int = 0               # prf:proof blocks between that target and the cell
+
+    @property
+    def target(self) -> str:
+        """The section target this verdict belongs under: ``claim-<id>`` or ``real-<id>``."""
+        return f"{'real' if self.real_model else 'claim'}-{self.id.lower()}"
+
+    @property
+    def where(self) -> str:
+        return f"{self.notebook}.ipynb, cell {self.cell}"
+
+
+@dataclass
+class NotebookScan:
+    path: str                                                   # relative, without suffix
+    targets: list[str] = field(default_factory=list)           # in order of appearance
+    labels: list[str] = field(default_factory=list)            # prf:proposition labels
+    verdicts: list[VerdictOutput] = field(default_factory=list)
+
+
+def _verdict_metadata(cell) -> list[dict]:
+    found = []
+    for output in cell.get("outputs", []):
+        meta = output.get("metadata", {}).get(registry.METADATA_KEY)
+        if meta is not None:
+            found.append(meta)
+    return found
+
+
+def scan_notebook(path: Path, root: Path) -> NotebookScan:
+    """Targets, proposition labels and verdict outputs of one notebook, in reading order."""
+    nb = nbformat.read(path, as_version=4)
+    scan = NotebookScan(path.relative_to(root).with_suffix("").as_posix())
+    section = {"claim": None, "real": None}
+    labels_since = {"claim": [], "real": []}
+    proofs_since = {"claim": 0, "real": 0}
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown":
+            # Targets and labels in order of position within the cell.
+            events = [(m.start(), "target", m["name"]) for m in TARGET.finditer(cell.source)]
+            for m in PROPOSITION.finditer(cell.source):
+                events += [(m.start(), "label", lab["label"]) for lab in LABEL_OPTION.finditer(m["options"])]
+            events += [(m.start(), "proof", "") for m in PROOF.finditer(cell.source)]
+            for _, kind, name in sorted(events):
+                if kind == "target":
+                    scan.targets.append(name)
+                    prefix = name.split("-", 1)[0]
+                    if prefix in section:
+                        section[prefix] = name
+                        labels_since[prefix] = []
+                        proofs_since[prefix] = 0
+                elif kind == "proof":
+                    for prefix in proofs_since:
+                        proofs_since[prefix] += 1
+                else:
+                    scan.labels.append(name)
+                    for prefix in labels_since:
+                        labels_since[prefix].append(name)
+        elif cell.cell_type == "code":
+            for meta in _verdict_metadata(cell):
+                real = bool(meta.get("real_model", False))
+                kind = "real" if real else "claim"
+                scan.verdicts.append(VerdictOutput(
+                    id=str(meta.get("id")), verdict=str(meta.get("verdict")),
+                    evidence=tuple(meta.get("evidence") or ()), conditions=meta.get("conditions"),
+                    chapter=meta.get("chapter"), real_model=real, notebook=scan.path, cell=index,
+                    section=section[kind], labels=tuple(labels_since[kind]), proofs=proofs_since[kind]))
+    return scan
+
+
+def notebook_paths(root: Path) -> list[Path]:
+    """Every notebook of the book: ``notebooks/*.ipynb``, sorted (checkpoints excluded)."""
+    return sorted(p for p in (root / "notebooks").glob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+
+
+@dataclass
+class Book:
+    """What the executed notebooks say about every claim of the registry."""
+
+    scans: list[NotebookScan]
+
+    @property
+    def verdicts(self) -> list[VerdictOutput]:
+        return [v for s in self.scans for v in s.verdicts]
+
+    def records(self, claim_id: str) -> list[VerdictOutput]:
+        return [v for v in self.verdicts if v.id == claim_id and not v.real_model]
+
+    def rechecks(self, claim_id: str) -> list[VerdictOutput]:
+        return [v for v in self.verdicts if v.id == claim_id and v.real_model]
+
+    def scan_of(self, notebook: str) -> NotebookScan | None:
+        return next((s for s in self.scans if s.path == notebook), None)
+
+    def missing(self) -> list[str]:
+        """Registry IDs that no notebook verifies yet."""
+        return [cid for cid in registry.CLAIMS if not self.records(cid)]
+
+    def problems(self) -> list[str]:
+        """Every verdict output that the index cannot place, as one message each.
+
+        Unknown IDs, an ID verified twice (a real-model recheck is separate and allowed once),
+        a verdict or evidence outside the registry's vocabulary, a chapter that does not match
+        the registry, a verdict that is not in its own section (``claim-<id>``/``real-<id>``),
+        a claim section without the ``prf:proposition`` labelled with the ID or without a
+        ``prf:proof``.
+        """
+        out = []
+        for v in self.verdicts:
+            if v.id not in registry.CLAIMS:
+                out.append(f"{v.where}: verdict for {v.id!r}, which is not in the claims registry")
+                continue
+            claim = registry.CLAIMS[v.id]
+            if v.verdict not in registry.VERDICTS:
+                out.append(f"{v.where}: {v.id} has verdict {v.verdict!r}, not one of {registry.VERDICTS}")
+            if not v.evidence or any(e not in registry.EVIDENCE for e in v.evidence):
+                out.append(f"{v.where}: {v.id} has evidence {list(v.evidence)}, not a subset of {registry.EVIDENCE}")
+            chapter = registry.CHAPTERS[6 if v.real_model else claim.chapter]
+            if v.chapter != chapter.number or v.notebook != chapter.notebook:
+                out.append(f"{v.where}: {v.id} is recorded with chapter {v.chapter}, "
+                           f"the registry puts it in {chapter.notebook}.ipynb (chapter {chapter.number})")
+            if v.section != v.target:
+                out.append(f"{v.where}: {v.id}'s verdict is not under its section target "
+                           f"({v.target})= (the nearest target above it is {v.section!r})")
+            elif not v.real_model and v.id.lower() not in v.labels:
+                out.append(f"{v.where}: section ({v.target})= has no prf:proposition with :label: {v.id.lower()}")
+            elif not v.real_model and not v.proofs:
+                out.append(f"{v.where}: section ({v.target})= has no prf:proof")
+        for cid in dict.fromkeys(v.id for v in self.verdicts):
+            for kind, found in (("verified", self.records(cid)), ("rechecked on the real model", self.rechecks(cid))):
+                if len(found) > 1:
+                    out.append(f"{cid} is {kind} {len(found)} times: " + "; ".join(v.where for v in found))
+        return out
+
+
+def scan_book(root: Path) -> Book:
+    return Book([scan_notebook(p, root) for p in notebook_paths(root)])
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering (MyST markdown)
+# ---------------------------------------------------------------------------------------------
+
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]{}<>|$#~!])")
+
+
+def escape(text: str) -> str:
+    """Plain text → MyST inline text (every markdown-active ASCII character escaped)."""
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
+
+
+def _role_text(text: str) -> str:
+    """The title of a cross-reference role is plain text: no backticks or angle brackets."""
+    return re.sub(r"[`<>]", "", " ".join(str(text).split()))
+
+
+def _ref(text: str, target: str) -> str:
+    return f"{{ref}}`{_role_text(text)} <{target}>`"
+
+
+def _doc(text: str, notebook: str) -> str:
+    return f"{{doc}}`{_role_text(text)} </{notebook}>`"
+
+
+def _badge(verdict: str | None) -> str:
+    if verdict is None:
+        return f"{{bdg-muted-line}}`{PENDING}`"
+    return f"{{{BADGE.get(verdict, 'bdg-muted-line')}}}`{verdict}`"
+
+
+def _placed(book: Book, v: VerdictOutput) -> bool:
+    """True if ``v``'s section target exists, so it can be linked without a broken reference."""
+    scan = book.scan_of(v.notebook)
+    return scan is not None and v.target in scan.targets
+
+
+def _claim_cells(book: Book, cid: str) -> dict[str, str]:
+    """The table cells of one claim: id link, statement, verdict, evidence marks, proposition."""
+    claim = registry.CLAIMS[cid]
+    chapter = registry.CHAPTERS[claim.chapter]
+    records = book.records(cid)
+    rechecks = book.rechecks(cid)
+    record = records[0] if len(records) == 1 else None
+    cells = {"statement": escape(claim.statement), "evidence": {}}
+    if record is not None and _placed(book, record):
+        cells["id"] = _ref(cid, record.target)
+        cells["proposition"] = f"{{prf:ref}}`{claim.label}`" if claim.label in record.labels else ""
+    else:
+        cells["id"] = _doc(cid, chapter.notebook)
+        cells["proposition"] = ""
+    if record is None:
+        cells["verdict"] = _badge(None)
+    else:
+        cells["verdict"] = _badge(record.verdict)
+        if record.conditions:
+            cells["verdict"] += f" — *{escape(record.conditions)}*"
+    evidence = set(record.evidence) if record is not None else set()
+    for kind in registry.EVIDENCE[:3]:
+        cells["evidence"][kind] = CHECK if kind in evidence else ""
+    recheck = rechecks[0] if len(rechecks) == 1 else None
+    if recheck is not None and _placed(book, recheck):
+        cells["evidence"]["real model"] = _ref(f"{CHECK} {recheck.verdict}", recheck.target)
+    elif "real model" in evidence:
+        cells["evidence"]["real model"] = CHECK
+    else:
+        cells["evidence"]["real model"] = ""
+    return cells
+
+
+def _table(header: list[str], rows: list[list[str]], align: list[str]) -> list[str]:
+    rule = {"l": ":---", "c": ":---:", "r": "---:"}
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(rule[a] for a in align) + " |"]
+    lines += ["| " + " | ".join(cell or " " for cell in row) + " |" for row in rows]
+    return lines
+
+
+def _counts(book: Book, ids) -> str:
+    """``"7 claims: 5 hold, 1 holds under conditions, 1 does not hold."`` (zero counts left out)."""
+    verdicts = [book.records(cid)[0].verdict if len(book.records(cid)) == 1 else None for cid in ids]
+    plural = {registry.HOLDS: "hold", registry.CONDITIONS: "hold under conditions", registry.FAILS: "do not hold"}
+    parts = []
+    for name in (*registry.VERDICTS, None):
+        count = sum(v == name for v in verdicts)
+        if count:
+            parts.append(f"{count} {PENDING if name is None else (plural.get(name, name) if count > 1 else name)}")
+    return f"{len(verdicts)} claim{'s' if len(verdicts) != 1 else ''}: " + ", ".join(parts) + "."
+
+
+def _container(lines: list[str], css_class: str) -> list[str]:
+    """Wrap generated markdown in a ``{container}`` so the book's CSS can style it."""
+    return ["````{container} " + css_class, *lines, "````"]
+
+
+def render_index(book: Book) -> str:
+    """The claims index: every registry ID, chapter by chapter."""
+    lines = [
+        "Every claim of the book, generated at build time from the claims registry "
+        "(`attnref.claims`) and the verdicts the executed notebooks computed "
+        f"(the `{registry.METADATA_KEY}` metadata of their outputs). "
+        + escape(_counts(book, registry.CLAIMS)),
+        "",
+        "*Evidence:* **S** symbolic (a sympy derivation that is asserted), **N** numerical "
+        "(seeded experiments with `attnref`, statistical checks with confidence bounds), "
+        "**T** parity with torch's own implementation in float64, **R** the claim rechecked on "
+        "the weights and activations of a trained model (chapter 6, with the recheck's verdict). "
+        "The *proposition* column links to the numbered statement and its proof.",
+        "",
+    ]
+    header = ["ID", "Claim", "Verdict", "S", "N", "T", "R", "Proposition"]
+    for number, chapter in registry.CHAPTERS.items():
+        ids = [cid for cid, c in registry.CLAIMS.items() if c.chapter == number]
+        if not ids:
+            continue
+        lines += [f"## {number} · {escape(chapter.title)}", "",
+                  f"Chapter: {_doc(chapter.title, chapter.notebook)}. {escape(_counts(book, ids))}", ""]
+        rows = []
+        for cid in ids:
+            c = _claim_cells(book, cid)
+            rows.append([c["id"], c["statement"], c["verdict"],
+                         *(c["evidence"][k] for k in registry.EVIDENCE), c["proposition"]])
+        table = _table(header, rows, ["l", "l", "l", "c", "c", "c", "c", "l"])
+        lines += _container(table, "claims-table claims-index") + [""]
+    lines += render_rechecks(book)
+    return "\n".join(lines)
+
+
+def render_rechecks(book: Book) -> list[str]:
+    """The section of the index on the trained model: every recheck of chapter 6."""
+    chapter = registry.CHAPTERS[6]   # claims.recheck records chapter 6
+    lines = [f"## {chapter.number} · {escape(chapter.title)}", ""]
+    real = [v for v in book.verdicts if v.real_model and v.id in registry.CLAIMS]
+    if not real:
+        return lines + [f"Chapter: {_doc(chapter.title, chapter.notebook)}. No claim has been rechecked on the "
+                        "trained model yet.", ""]
+    lines += [f"Chapter: {_doc(chapter.title, chapter.notebook)}. The claims rechecked on the weights and "
+              "activations of a trained encoder, with the verdict of their own chapter beside it.", ""]
+    rows = []
+    for v in real:
+        records = book.records(v.id)
+        own = _badge(records[0].verdict) if len(records) == 1 else _badge(None)
+        link = _ref(v.id, v.target) if _placed(book, v) else v.id
+        verdict = _badge(v.verdict) + (f" — *{escape(v.conditions)}*" if v.conditions else "")
+        rows.append([link, escape(registry.CLAIMS[v.id].statement), own, verdict])
+    lines += _container(_table(["ID", "Claim", "Own chapter", "Trained model"], rows, ["l", "l", "l", "l"]),
+                        "claims-table") + [""]
+    return lines
+
+
+def render_headline(book: Book, ids: list[str]) -> str:
+    """A short verdict table for a few claims (the landing page's headline claims)."""
+    unknown = [cid for cid in ids if cid not in registry.CLAIMS]
+    if unknown:
+        raise ValueError(f"claims-table: unknown claim IDs {unknown}")
+    rows = []
+    for cid in ids:
+        c = _claim_cells(book, cid)
+        kinds = [k for k in registry.EVIDENCE if c["evidence"][k]]
+        rechecks = book.rechecks(cid)
+        if "real model" in kinds and len(rechecks) == 1 and _placed(book, rechecks[0]):
+            kinds[kinds.index("real model")] = _ref("real model", rechecks[0].target)
+        evidence = ", ".join(kinds)
+        rows.append([c["id"], c["statement"], c["verdict"], evidence])
+    return "\n".join(_container(_table(["Claim", "What people say", "Verdict", "Evidence"], rows,
+                                       ["l", "l", "l", "l"]), "claims-table"))
+
+
+def load_report(root: Path) -> tuple[dict | None, str | None]:
+    """The execution report ``book/_data/report.json``: (data, None) or (None, why not)."""
+    path = root / REPORT_PATH
+    if not path.exists():
+        return None, "absent"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        notebooks = data["notebooks"]
+        for row in notebooks:
+            float(row["seconds"]), str(row["name"]), str(row["status"])
+    except (ValueError, KeyError, TypeError) as error:
+        return None, f"malformed ({type(error).__name__}: {error})"
+    return data, None
+
+
+def _seconds(value) -> str:
+    return "not measured" if value is None else f"{float(value):.1f} s"
+
+
+def _status_badge(status) -> str:
+    status = _role_text(status)
+    kind = {"ok": "bdg-success", "no code cells": "bdg-muted-line"}.get(status, "bdg-danger")
+    return f"{{{kind}}}`{status}`"
+
+
+def render_report(root: Path, data: dict | None, why: str | None) -> str:
+    """The execution report: a row per notebook, then the totals ``make bench`` measured.
+
+    Required fields: ``notebooks`` (name, seconds, status); the others (``test_seconds``,
+    ``build_seconds``, ``floor_seconds``, ``generated``, and what ``tools/bench.py`` adds:
+    start-up times, cores, load average, statuses, targets) are shown when present.
+    """
+    if data is None:
+        return "\n".join([
+            "```{warning}",
+            f"No execution report: `{REPORT_PATH.as_posix()}` is {why}. "
+            "`make bench` times every notebook, the tests and the build, and writes it.",
+            "```"])
+    chapters = {c.notebook: c for c in registry.CHAPTERS.values()}
+    rows = []
+    for row in data["notebooks"]:
+        name = str(row["name"])
+        notebook = f"notebooks/{name}"
+        chapter = chapters.get(notebook)
+        title = f"{chapter.number} · {chapter.title}" if chapter else name
+        link = _doc(title, notebook) if (root / f"{notebook}.ipynb").exists() else escape(title)
+        rows.append([link, f"{float(row['seconds']):.1f}", _status_badge(row["status"])])
+    total = sum(float(row["seconds"]) for row in data["notebooks"])
+    lines = _table(["Notebook", "Run time (s)", "Status"], rows, ["l", "r", "l"])
+    lines += ["", f"All notebooks: {total:.1f} s of execution, each in a fresh kernel with one thread."]
+    if data.get("startup_seconds") is not None:
+        lines[-1] += (f" Of each notebook's time, {_seconds(data['startup_seconds'])} is start-up "
+                      f"(kernel {_seconds(data.get('kernel_start_seconds'))}, imports "
+                      f"{_seconds(data.get('import_seconds'))}).")
+    test = f"`make test`: {_seconds(data.get('test_seconds'))}"
+    if data.get("test_status") not in (None, "ok"):
+        test += f" ({escape(data['test_status'])})"
+    if data.get("floor_seconds") is not None:
+        test += (f"; its floor — every notebook's start-up, shared by the cores — is "
+                 f"{_seconds(data['floor_seconds'])}")
+    build = f"`make book`: {_seconds(data.get('build_seconds'))}"
+    if data.get("build_status") not in (None, "ok"):
+        build += f" ({escape(data['build_status'])})"
+    lines += ["", f"{test}. {build}."]
+    targets = data.get("targets") or {}
+    if targets:
+        marks = {True: "met", False: "**missed**", None: "not measured"}
+        lines += ["", "Targets: " + "; ".join(f"{escape(k)}: {marks.get(v, escape(v))}" for k, v in targets.items()) + "."]
+    where = f"Measured on {escape(data.get('generated', 'an unknown date'))}"
+    if data.get("cores"):
+        where += f" on {int(data['cores'])} cores"
+    if data.get("load_average"):
+        where += f", load average {float(data['load_average'][0]):.1f} at the start (other processes slow every number)"
+    lines += ["", where + f", by `make bench`, which writes `{REPORT_PATH.as_posix()}`."]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sphinx
+# ---------------------------------------------------------------------------------------------
+
+def _root(app) -> Path:
+    return Path(app.srcdir)
+
+
+def source_read(app, docname: str, source: list[str]) -> None:
+    text = source[0]
+    if "{claims-" not in text and "{execution-report}" not in text:
+        return
+    from sphinx.util import logging
+    logger = logging.getLogger(__name__)
+    root = _root(app)
+    book = scan_book(root)
+    for path in notebook_paths(root):
+        app.env.note_dependency(str(path))
+
+    def replace(match: re.Match) -> str:
+        name, arg = match["name"], match["arg"].split()
+        if name == "claims-index":
+            return render_index(book)
+        if name == "claims-table":
+            try:
+                return render_headline(book, arg)
+            except ValueError as error:
+                logger.warning(str(error), location=docname)
+                return ""
+        data, why = load_report(root)
+        if why not in (None, "absent"):
+            logger.warning(f"execution report {REPORT_PATH.as_posix()} is {why}", location=docname)
+        return render_report(root, data, why)
+
+    source[0] = PLACEHOLDER.sub(replace, text)
+
+
+def check_verdicts(app) -> None:
+    """Warn (an error under -W) about every verdict output the index cannot place."""
+    from sphinx.util import logging
+    logger = logging.getLogger(__name__)
+    for problem in scan_book(_root(app)).problems():
+        logger.warning(f"claims index: {problem}")
+
+
+def always_reread(app, env, added, changed, removed) -> list[str]:
+    """Pages with generated content are re-read on every build (verdicts live in notebooks)."""
+    generated = []
+    for docname in env.found_docs:
+        path = Path(env.doc2path(docname))
+        if path.suffix == ".md" and path.exists():
+            text = path.read_text(encoding="utf-8")
+            if PLACEHOLDER.search(text):
+                generated.append(docname)
+    return generated
+
+
+THEBE_MARKERS = ("thebe",)
+
+
+def drop_thebe(app, pagename, templatename, context, doctree) -> None:
+    """Remove the thebe assets from every page.
+
+    Jupyter Book always loads ``sphinx_thebe``; the book does not offer live code (the launch
+    buttons open Binder or Colab instead), and its inline configuration script is added twice
+    (a ``SyntaxError`` in the console) and names a CDN. Without it nothing on a page refers to
+    another host.
+    """
+    def keep(asset) -> bool:
+        filename = str(getattr(asset, "filename", "") or "")
+        body = str(getattr(asset, "attributes", {}).get("body", "") or "")
+        return not any(m in filename.lower() or m.upper() in body for m in THEBE_MARKERS)
+
+    for key in ("script_files", "css_files"):
+        if key in context:
+            context[key] = [asset for asset in context[key] if keep(asset)]
+
+
+def drop_thebe_config(app, doctree, docname) -> None:
+    """Remove the ``text/x-thebe-config`` block sphinx-thebe appends to every page."""
+    from docutils import nodes
+    for node in list(doctree.findall(nodes.raw)):
+        if "x-thebe-config" in node.astext() or "kernelName =" in node.astext():
+            node.parent.remove(node)
+
+
+STATIC = Path(__file__).resolve().parent / "static"
+
+
+def add_static_path(app, config) -> None:
+    config.html_static_path.append(str(STATIC))
+
+
+def setup(app) -> dict:
+    app.connect("config-inited", add_static_path)
+    app.add_css_file("claims.css")
+    app.connect("source-read", source_read)
+    app.connect("builder-inited", check_verdicts)
+    app.connect("env-get-outdated", always_reread)
+    app.connect("html-page-context", drop_thebe)
+    app.connect("doctree-resolved", drop_thebe_config, priority=900)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

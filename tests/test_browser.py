@@ -1,0 +1,382 @@
+"""The built site in a real browser: headless Chromium, offline, every page.
+
+The module builds the book with the flags of ``make book`` (``-n -W --keep-going``) into a
+private temporary folder (or takes an existing build from ``ATTENTION_CLAIMS_SITE``), serves it
+on 127.0.0.1 from a thread, and opens every page in Chromium (the Debian package ``chromium``,
+driven by Playwright; never a downloaded browser). Every request to a host other than
+127.0.0.1 is aborted and recorded. The tests then assert on what the crawl saw:
+
+* no request left the site, no JavaScript error, no local resource failed;
+* math is typeset by MathJax (every math element holds an ``mjx-container``, no ``merror``);
+* every image loads; figures keep a light background in dark mode;
+* every internal link resolves (HTTP 200) and every fragment is an ``id`` of its page;
+* the download (.ipynb / source) and launch buttons are there; the search page finds a word.
+
+Screenshots of the landing page and of chapter 1 (light and dark) are kept under
+``_build/browser/`` with the crawl's timings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import http.server
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urldefrag, urlsplit
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--no-first-run", "--disable-component-update", "--disable-sync", "--disable-quic"]
+BOOK_FLAGS = ["-n", "-W", "--keep-going"]   # the flags of `make book`
+ARTEFACTS = ROOT / "_build" / "browser"
+HOST = "127.0.0.1"
+REPOSITORY = "https://github.com/attention-claims/attention-claims"
+SEARCH_WORD = "softmax"
+TABS = 2   # pages open at once
+REFRESH = re.compile(r"<meta[^>]+http-equiv=[\"']?refresh", re.IGNORECASE)
+
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason="no Chromium at /usr/bin/chromium: install the Debian package `chromium` (apt-get install -y chromium)")
+
+
+# ------------------------------------------------------------------------------------------
+# Build and serve
+# ------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The built HTML: ``$ATTENTION_CLAIMS_SITE`` if set, else a private build of the book."""
+    if os.environ.get("ATTENTION_CLAIMS_SITE"):
+        html = Path(os.environ["ATTENTION_CLAIMS_SITE"]).resolve()
+        assert (html / "index.html").exists(), f"ATTENTION_CLAIMS_SITE={html} holds no built site"
+        return html
+    out = tmp_path_factory.mktemp("book")
+    jupyter_book = Path(sys.executable).with_name("jupyter-book")
+    result = subprocess.run([str(jupyter_book), "build", str(ROOT), *BOOK_FLAGS, "--path-output", str(out)],
+                            cwd=ROOT, capture_output=True, text=True)
+    log = re.sub(r"\x1b\[[0-9;]*m", "", result.stdout + result.stderr)
+    problems = [line for line in log.splitlines() if "WARNING" in line or "ERROR" in line]
+    assert result.returncode == 0, ("the book does not build with -n -W --keep-going:\n"
+                                    + "\n".join(problems[:40] or log.splitlines()[-60:]))
+    return out / "_build" / "html"
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"   # keep-alive: one connection for a page's many assets
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address) -> None:
+        """A connection the browser drops when it leaves a page is not an error of the site."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+@pytest.fixture(scope="module")
+def server(site: Path):
+    httpd = _Server((HOST, 0), functools.partial(_QuietHandler, directory=str(site)))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://{HOST}:{httpd.server_address[1]}/"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def html_pages(site: Path) -> list[str]:
+    """Every HTML page of the site (not the theme's assets), relative to its root."""
+    skip = {"_static", "_sources", "_images"}
+    return sorted(p.relative_to(site).as_posix() for p in site.rglob("*.html")
+                  if not skip & set(p.relative_to(site).parts))
+
+
+# ------------------------------------------------------------------------------------------
+# The crawl: every page once, in one browser
+# ------------------------------------------------------------------------------------------
+
+@dataclass
+class PageReport:
+    path: str
+    seconds: float = 0.0
+    redirect: str | None = None
+    console_errors: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)          # local resources that did not load
+    math_elements: int = 0
+    math_rendered: int = 0
+    math_errors: int = 0
+    unnumbered_displays: list[str] = field(default_factory=list)
+    images: int = 0
+    broken_images: list[str] = field(default_factory=list)
+    links: list[str] = field(default_factory=list)
+    ids: set[str] = field(default_factory=set)
+
+
+@dataclass
+class Crawl:
+    base: str
+    pages: dict[str, PageReport]
+    external: list[tuple[str, str]]                 # (page, url) of every request to another host
+    search_results: int
+    dark_figures: list[dict]
+    seconds: float
+
+
+PAGE_FACTS = """async () => {
+  const images = Array.from(document.images);
+  for (const img of images) { img.loading = "eager"; }
+  await Promise.all(images.map((img) => img.decode().catch(() => null)));
+  if (document.querySelector(".math") && window.MathJax && MathJax.startup && MathJax.startup.promise) {
+    await MathJax.startup.promise;
+  }
+  await document.fonts.ready;
+  const math = Array.from(document.querySelectorAll(".math"));
+  return {
+    math_elements: math.length,
+    math_rendered: math.filter((m) => m.querySelector("mjx-container")).length,
+    math_errors: document.querySelectorAll("mjx-merror, merror, [data-mjx-error]").length,
+    unnumbered_displays: Array.from(document.querySelectorAll("div.math"))
+      .filter((m) => !m.closest(".cell_output") && !m.querySelector(".eqno"))   // prose, not sympy output
+      .map((m) => m.id || m.textContent.slice(0, 60)),
+    images: images.length,
+    broken_images: images.filter((i) => !(i.complete && i.naturalWidth > 0)).map((i) => i.getAttribute("src")),
+    links: Array.from(document.querySelectorAll("a[href]")).map((a) => a.href),
+    ids: Array.from(document.querySelectorAll("[id], a[name]")).map((e) => e.id || e.getAttribute("name")),
+  };
+}"""
+
+DARK_FIGURES = """() => Array.from(document.querySelectorAll(".cell_output img")).map((img) => ({
+  src: img.getAttribute("src"),
+  theme: document.documentElement.dataset.theme,
+  background: getComputedStyle(img).backgroundColor,
+}))"""
+
+
+def _is_local(url: str, base: str) -> bool:
+    return url.startswith(base)
+
+
+async def _visit(page, site: Path, server: str, path: str, report: PageReport, extras: dict) -> None:
+    """Open one page and record what it shows; the landing page, chapter 1 and the search page
+    get their extra checks (screenshots, dark mode, a query) on the same visit."""
+    query = f"?q={SEARCH_WORD}" if path == "search.html" else ""
+    await page.goto(server + path + query, wait_until="load")
+    if REFRESH.search((site / path).read_text(encoding="utf-8", errors="replace")):
+        # A redirect page (index.html): wait for the browser to follow it.
+        await page.wait_for_url(lambda url: url != server + path, timeout=10_000)
+        await page.wait_for_load_state("load")
+        report.redirect = page.url[len(server):]
+        await page.evaluate(PAGE_FACTS)   # let the target settle (MathJax, fonts) before moving on
+        return
+    facts = await page.evaluate(PAGE_FACTS)
+    for key in ("math_elements", "math_rendered", "math_errors", "unnumbered_displays", "images", "broken_images",
+                "links"):
+        setattr(report, key, facts[key])
+    report.ids = set(facts["ids"])
+    if path == "search.html":
+        # The query the search box submits: results appear once the index is loaded.
+        try:
+            await page.wait_for_function("document.querySelectorAll('#search-results li').length > 0",
+                                         timeout=10_000)
+        except Exception:   # a timeout: no result, asserted by the test
+            pass
+        extras["search_results"] = await page.locator("#search-results li").count()
+    elif path == "book/intro.html":
+        await page.screenshot(path=str(ARTEFACTS / "landing.png"))
+    elif path == "notebooks/01-nonlinearity.html":
+        figure = page.locator(".cell_output img").first
+        if await figure.count():
+            await figure.scroll_into_view_if_needed()
+        await page.screenshot(path=str(ARTEFACTS / "chapter.png"))
+        # Dark mode: the theme follows the reader's preference.
+        await page.emulate_media(color_scheme="dark")
+        await page.wait_for_function("document.documentElement.dataset.theme === 'dark'", timeout=5_000)
+        extras["dark_figures"] = await page.evaluate(DARK_FIGURES)
+        await page.screenshot(path=str(ARTEFACTS / "chapter-dark.png"))
+        await page.emulate_media(color_scheme="light")
+
+
+async def _tab(context, site: Path, server: str, pages: dict[str, PageReport], queue: list[str],
+               extras: dict) -> None:
+    """One browser tab: open the pages of ``queue`` one after the other."""
+    page = await context.new_page()
+    current = {"page": ""}
+
+    def report() -> PageReport:
+        return pages[current["page"]]
+
+    page.on("console", lambda msg: msg.type == "error" and report().console_errors.append(
+        f"{msg.text} ({msg.location.get('url', '')})"))
+    page.on("pageerror", lambda error: report().console_errors.append(f"uncaught: {error}"))
+    page.on("response", lambda r: r.status >= 400 and _is_local(r.url, server)
+            and report().failed.append(f"{r.status} {r.url}"))
+    page.on("requestfailed", lambda r: _is_local(r.url, server) and report().failed.append(f"{r.failure} {r.url}"))
+    while queue:
+        path = current["page"] = queue.pop(0)
+        t0 = time.perf_counter()
+        await _visit(page, site, server, path, pages[path], extras)
+        pages[path].seconds = time.perf_counter() - t0
+    await page.close()
+
+
+async def _crawl(playwright_api, site: Path, server: str) -> Crawl:
+    pages = {path: PageReport(path) for path in html_pages(site)}
+    external: list[tuple[str, str]] = []
+    extras: dict = {"search_results": 0, "dark_figures": []}
+    start = time.perf_counter()
+    async with playwright_api.async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        context = await browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme="light")
+
+        async def block(route) -> None:
+            url = route.request.url
+            if urlsplit(url).scheme in ("http", "https", "ws", "wss") and not _is_local(url, server):
+                try:
+                    page = route.request.frame.url
+                except Exception:   # a request without a frame (a worker)
+                    page = "?"
+                external.append((page, url))
+                await route.abort()
+            else:
+                await route.continue_()
+
+        # Every request to another host is intercepted, recorded and aborted (the regex is
+        # matched in the browser's driver, so requests to the site itself are not slowed down).
+        await context.route(re.compile(r"^(?!" + re.escape(server) + r")"), block)
+        context.on("websocket", lambda ws: external.append(("?", ws.url)))
+        queue = list(pages)
+        await asyncio.gather(*(_tab(context, site, server, pages, queue, extras) for _ in range(TABS)))
+        await browser.close()
+    return Crawl(server, pages, external, extras["search_results"], extras["dark_figures"],
+                 time.perf_counter() - start)
+
+
+@pytest.fixture(scope="module")
+def crawl(site: Path, server: str) -> Crawl:
+    playwright_api = pytest.importorskip("playwright.async_api",
+                                         reason="the Python package playwright is not installed")
+    ARTEFACTS.mkdir(parents=True, exist_ok=True)
+    result = asyncio.run(_crawl(playwright_api, site, server))
+    (ARTEFACTS / "timings.json").write_text(json.dumps(
+        {"pages": len(result.pages), "tabs": TABS, "seconds": round(result.seconds, 2),
+         "per_page": {p: round(r.seconds, 3) for p, r in result.pages.items()}}, indent=2) + "\n")
+    return result
+
+
+# ------------------------------------------------------------------------------------------
+# The assertions
+# ------------------------------------------------------------------------------------------
+
+def test_every_page_was_opened(crawl: Crawl) -> None:
+    expected = {"index.html", "search.html", "book/intro.html", "book/claims.html", "book/reproduce.html",
+                "book/notation.html", "book/references.html", "notebooks/01-nonlinearity.html"}
+    assert expected <= set(crawl.pages), f"pages missing from the build: {sorted(expected - set(crawl.pages))}"
+    assert crawl.pages["index.html"].redirect == "book/intro.html"
+
+
+def test_no_request_leaves_the_site(crawl: Crawl) -> None:
+    assert not crawl.external, "requests to other hosts (aborted):\n" + "\n".join(
+        f"{page}: {url}" for page, url in crawl.external)
+
+
+def test_no_javascript_errors(crawl: Crawl) -> None:
+    errors = [f"{r.path}: {e}" for r in crawl.pages.values() for e in r.console_errors]
+    assert not errors, "console errors:\n" + "\n".join(errors)
+
+
+def test_every_local_resource_loads(crawl: Crawl) -> None:
+    failed = [f"{r.path}: {f}" for r in crawl.pages.values() for f in r.failed]
+    assert not failed, "resources that failed to load:\n" + "\n".join(failed)
+
+
+def test_math_is_rendered(crawl: Crawl) -> None:
+    with_math = {p: r for p, r in crawl.pages.items() if r.math_elements}
+    # Pages known to hold math: the landing page, the notation page, chapter 1.
+    assert {"book/intro.html", "book/notation.html", "notebooks/01-nonlinearity.html"} <= set(with_math)
+    unrendered = {p: f"{r.math_elements - r.math_rendered} of {r.math_elements}"
+                  for p, r in with_math.items() if r.math_rendered != r.math_elements}
+    assert not unrendered, f"math left untypeset by MathJax: {unrendered}"
+    errors = {p: r.math_errors for p, r in crawl.pages.items() if r.math_errors}
+    assert not errors, f"MathJax errors (merror nodes): {errors}"
+
+
+def test_displayed_equations_are_numbered(crawl: Crawl) -> None:
+    unnumbered = {p: r.unnumbered_displays for p, r in crawl.pages.items() if r.unnumbered_displays}
+    assert not unnumbered, f"displayed equations without a number: {unnumbered}"
+
+
+def test_every_image_loads(crawl: Crawl) -> None:
+    broken = {p: r.broken_images for p, r in crawl.pages.items() if r.broken_images}
+    assert not broken, f"images that did not load: {broken}"
+    assert crawl.pages["notebooks/01-nonlinearity.html"].images >= 1
+
+
+def test_figures_are_readable_in_dark_mode(crawl: Crawl) -> None:
+    assert crawl.dark_figures, "chapter 1 shows no figure"
+    for figure in crawl.dark_figures:
+        assert figure["theme"] == "dark"
+        # The theme puts a light, opaque background behind every output image in dark mode.
+        assert figure["background"] not in ("rgba(0, 0, 0, 0)", "transparent"), figure
+
+
+def test_internal_links_resolve(crawl: Crawl) -> None:
+    links = {link for r in crawl.pages.values() for link in r.links if _is_local(link, crawl.base)}
+    assert links
+    status: dict[str, int] = {}
+    broken = []
+    for link in sorted(links):
+        url, fragment = urldefrag(link)
+        if url not in status:
+            try:
+                with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=10) as response:
+                    status[url] = response.status
+            except urllib.error.HTTPError as error:
+                status[url] = error.code
+        if status[url] != 200:
+            broken.append(f"{link}: HTTP {status[url]}")
+            continue
+        path = unquote(urlsplit(url).path).lstrip("/")
+        path = path + "index.html" if path.endswith("/") or not path else path
+        if fragment and path in crawl.pages and unquote(fragment) not in crawl.pages[path].ids:
+            broken.append(f"{link}: no id {unquote(fragment)!r} on {path}")
+    assert not broken, "broken internal links:\n" + "\n".join(broken)
+
+
+def test_download_and_launch_buttons(crawl: Crawl) -> None:
+    missing = []
+    for path, report in crawl.pages.items():
+        if not (path.startswith("notebooks/") or path.startswith("book/")):
+            continue
+        stem = path.removesuffix(".html")
+        suffix = ".ipynb" if path.startswith("notebooks/") else ".md"
+        wanted = {"download": f"{crawl.base}_sources/{stem}{suffix}",
+                  "source": f"{REPOSITORY}/blob/main/{stem}{suffix}",
+                  "edit": f"{REPOSITORY}/edit/main/{stem}{suffix}"}
+        if suffix == ".ipynb":
+            repo = REPOSITORY.removeprefix("https://github.com/")
+            wanted["binder"] = f"https://mybinder.org/v2/gh/{repo}/main?urlpath=lab/tree/{stem}.ipynb"
+            wanted["colab"] = f"https://colab.research.google.com/github/{repo}/blob/main/{stem}.ipynb"
+        # The source button of a markdown page adds ?plain=1 (show the text, not GitHub's rendering).
+        links = {link.removesuffix("?plain=1") for link in report.links}
+        missing += [f"{path}: no {name} button ({url})" for name, url in wanted.items() if url not in links]
+    assert not missing, "\n".join(missing)
+
+
+def test_search_finds_a_word(crawl: Crawl) -> None:
+    assert crawl.search_results > 0, f"searching for {SEARCH_WORD!r} found nothing"
+
