@@ -11,11 +11,31 @@ JOBS ?= 2
 # The same build flags in every gate: nitpicky, warnings are errors, report them all.
 BOOK_FLAGS := -n -W --keep-going
 NBVAL_FLAGS := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
+# Every test process, notebook kernel and build runs offline (tools/testenv/sitecustomize.py refuses
+# connections that would leave the machine) with one thread per process (two xdist workers share
+# the two cores). The plugin tools/testenv/nbplugin.py gives one-line errors for broken notebooks
+# and re-runs each notebook's assertions for the extra seeds of --attnref-seeds.
+TESTENV := $(CURDIR)/tools/testenv
+RUN := PYTHONPATH=$(TESTENV)$(if $(PYTHONPATH),:$(PYTHONPATH)) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=$${OMP_NUM_THREADS:-1}
+PYTEST := $(RUN) $(BIN)/python -m pytest -p nbplugin
+# The stored outputs are those of the default seed: strict comparisons never see ATTNREF_SEED.
+STRICT := env -u ATTNREF_SEED
+# One file per worker at a time; with --attnref-longest-first (times of the last `make bench`) the
+# longest files start first and the short ones fill the gaps at the end.
+XDIST := -n $(JOBS) --dist loadfile --no-loadscope-reorder
+NOTEBOOKS ?= notebooks
+TEST_SEEDS ?= 1
+SEEDS ?= 1,2,3,4,5
+N ?= 10
+# Extra pytest arguments, e.g. make test PYTEST_ARGS="--durations=20" or PYTEST_ARGS="-k parity"
+PYTEST_ARGS ?=
+DETERMINISM_LOG ?= /tmp/attention-claims-determinism.log
 
-.PHONY: install book test test-fast execute lock clean help
+.PHONY: install book test test-fast seeds test-seeds determinism bench preflight execute lock clean help
 
 help:
 	@echo "make book | make test | make test-fast (no notebooks) | make execute (refresh stored outputs) | make clean"
+	@echo "make seeds [SEEDS=1,2,3,4,5] | make determinism [N=10] | make bench (timings -> book/_data/report.json)"
 
 $(STAMP): requirements.lock pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "attention-claims needs Python >= 3.11, found " + sys.version.split()[0])'
@@ -25,21 +45,49 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $@
 
-install: $(STAMP)
+# Always re-installs (pip skips what is already there): the fix for a missing or wrong package.
+install:
+	@rm -f $(STAMP)
+	@$(MAKE) --no-print-directory $(STAMP)
 
-book: $(STAMP)
-	$(BIN)/jupyter-book build . $(BOOK_FLAGS)
+# One line per problem (broken notebook JSON, missing package, wrong pin) instead of a traceback.
+preflight: $(STAMP)
+	@$(BIN)/python tools/preflight.py --root $(CURDIR)
+
+book: $(STAMP) preflight
+	$(RUN) $(BIN)/jupyter-book build . $(BOOK_FLAGS)
 	@echo "Open _build/html/index.html in a browser (or: $(BIN)/python -m http.server -d _build/html)"
 
-test: $(STAMP)
-	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile $(NBVAL_FLAGS) tests notebooks
+# Strict nbval on every notebook (default seed) + its assertions again for TEST_SEEDS + every test.
+test: $(STAMP) preflight
+	$(STRICT) $(PYTEST) $(XDIST) --attnref-longest-first $(NBVAL_FLAGS) --attnref-seeds=$(TEST_SEEDS) $(PYTEST_ARGS) notebooks tests
 
-test-fast: $(STAMP)
-	$(BIN)/python -m pytest -n $(JOBS) tests
+test-fast: $(STAMP) preflight
+	$(PYTEST) -n $(JOBS) tests
+
+# Seed robustness: every notebook's assertions and verdicts for each seed of SEEDS (outputs not compared).
+seeds: $(STAMP) preflight
+	$(PYTEST) $(XDIST) --nbval-lax --nbval-current-env --attnref-seeds=$(SEEDS) $(NOTEBOOKS)
+
+test-seeds: seeds
+
+# Determinism: strict nbval N times, alternating 1 and 2 threads per kernel; every run must pass.
+determinism: $(STAMP) preflight
+	@passed=0; for i in $$(seq 1 $(N)); do \
+	  threads=$$(( (i - 1) % 2 + 1 )); export OMP_NUM_THREADS=$$threads; \
+	  if $(STRICT) $(PYTEST) -q $(XDIST) $(NBVAL_FLAGS) $(NOTEBOOKS) > $(DETERMINISM_LOG).$$i 2>&1 \
+	     || grep -q "no tests ran" $(DETERMINISM_LOG).$$i; then \
+	    passed=$$((passed + 1)); echo "determinism run $$i/$(N) ($$threads thread(s)): passed"; \
+	  else echo "determinism run $$i/$(N) ($$threads thread(s)): FAILED (log: $(DETERMINISM_LOG).$$i)"; tail -n 30 $(DETERMINISM_LOG).$$i; fi; \
+	done; echo "determinism: $$passed/$(N) strict nbval runs passed"; test $$passed -eq $(N)
+
+# Timings: every notebook, kernel start and imports (the floor), `make test`, the book build.
+bench: $(STAMP) preflight
+	$(RUN) $(BIN)/python tools/bench.py
 
 # Re-execute notebooks in place (default seed, one thread) after changing one; commit the result.
 execute: $(STAMP)
-	$(BIN)/python tools/execute_notebooks.py $(NOTEBOOKS)
+	$(BIN)/python tools/execute_notebooks.py $(filter-out notebooks,$(NOTEBOOKS))
 
 lock: $(STAMP)
 	$(BIN)/python -m pip install --quiet -r requirements.txt

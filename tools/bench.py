@@ -1,0 +1,211 @@
+"""Measure how long the verification takes, and write ``book/_data/report.json``.
+
+    python tools/bench.py [--no-test] [--no-build] [--repeat 3]     (or: make bench)
+
+1. Every notebook, each in a fresh kernel exactly as ``make execute`` runs it (default seed,
+   one thread, offline; the notebook file is not rewritten): the time from kernel start to the
+   last cell, and whether every cell ran (every check is an assertion, so *ok* means every
+   check passed).
+2. The start-up floor: the median over ``--repeat`` runs of a kernel start plus the book's
+   import cell (torch, sympy, myst_nb, attnref …) in an otherwise empty notebook. ``make test``
+   cannot be faster than that cost paid once per notebook, shared by the cores:
+   ``floor = (number of notebooks with code) × (kernel start + imports) / cores``.
+3. ``make test`` and the book build from stored outputs (``jupyter-book build`` with the flags
+   of ``make book``, into a temporary folder), each timed once, end to end.
+
+Targets (2 cores): every notebook ≤ 10 s, the build ≤ 15 s, ``make test`` ≤ 2 × floor. The
+report also records the load average when the bench started: other processes on the machine
+inflate every number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ElementTree
+from collections import defaultdict
+from pathlib import Path
+
+import nbformat
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from execute_notebooks import ROOT, client_for, kernel_environment  # noqa: E402
+
+REPORT = ROOT / "book" / "_data" / "report.json"
+IMPORT_CELL = """import torch
+import sympy as sp
+from myst_nb import glue
+
+import attnref
+from attnref import claims, plotting, seeding, stats
+from attnref import symbolic as sym
+
+plotting.use_book_style()
+torch.set_default_dtype(torch.float64)"""
+TARGETS = {"notebook_seconds": 10.0, "build_seconds": 15.0, "test_over_floor": 2.0}
+
+
+def run_notebook(nb: nbformat.NotebookNode, path: Path) -> dict:
+    """Run ``nb`` in a fresh kernel: kernel start, first code cell, all cells, status."""
+    client = client_for(nb, path)
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    timings = {"kernel_start": None, "first_cell": None}
+    status = "ok"
+    start = time.perf_counter()
+    try:
+        with client.setup_kernel():
+            timings["kernel_start"] = time.perf_counter() - start
+            for index, cell in enumerate(nb.cells):
+                if cell.cell_type != "code":
+                    continue
+                before = time.perf_counter()
+                client.execute_cell(cell, index)
+                if index == code[0]:
+                    timings["first_cell"] = time.perf_counter() - before
+    except Exception as error:   # a failing cell: CellExecutionError, a timeout, a dead kernel
+        status = f"failed: {type(error).__name__}: {str(error).strip().splitlines()[-1][:200] if str(error).strip() else ''}"
+    timings["seconds"] = time.perf_counter() - start
+    timings["status"] = status
+    return timings
+
+
+def notebooks() -> list[dict]:
+    rows = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        if not any(c.cell_type == "code" for c in nb.cells):
+            rows.append({"name": path.stem, "seconds": 0.0, "status": "no code cells"})
+            print(f"{path.stem:28s}  (no code cells)", flush=True)
+            continue
+        result = run_notebook(nb, path)
+        rows.append({"name": path.stem, "seconds": round(result["seconds"], 1), "status": result["status"],
+                     "kernel_start_seconds": round(result["kernel_start"] or 0.0, 2),
+                     "first_cell_seconds": round(result["first_cell"] or 0.0, 2)})
+        print(f"{path.stem:28s} {result['seconds']:6.1f} s  (kernel {result['kernel_start'] or 0:.1f} s, "
+              f"first cell {result['first_cell'] or 0:.1f} s)  {result['status']}", flush=True)
+    return rows
+
+
+def startup(repeat: int) -> tuple[float, float]:
+    """Median (kernel start, import cell) of ``repeat`` empty notebooks with the import cell."""
+    kernels, imports = [], []
+    for _ in range(repeat):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(IMPORT_CELL)])
+        result = run_notebook(nb, ROOT / "notebooks" / "startup.ipynb")
+        if result["status"] != "ok":
+            raise SystemExit(f"bench: the import cell failed: {result['status']}")
+        kernels.append(result["kernel_start"])
+        imports.append(result["first_cell"])
+    return statistics.median(kernels), statistics.median(imports)
+
+
+def timed(command: list[str], log: Path, env: dict | None = None) -> tuple[float, str]:
+    start = time.perf_counter()
+    with log.open("w") as out:
+        code = subprocess.run(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
+    return time.perf_counter() - start, "ok" if code == 0 else f"failed (exit {code}, log {log})"
+
+
+def previous_units(report: Path) -> dict[str, float]:
+    try:
+        return json.loads(report.read_text(encoding="utf-8")).get("unit_seconds") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def unit_seconds(junit: Path) -> dict[str, float]:
+    """Seconds per file (setup + call + teardown of its tests) from pytest's JUnit XML."""
+    totals: dict[str, float] = defaultdict(float)
+    try:
+        tree = ElementTree.parse(junit)
+    except (OSError, ElementTree.ParseError):
+        return {}
+    for case in tree.iter("testcase"):
+        name = case.get("file")
+        if name:
+            totals[name] += float(case.get("time") or 0)
+    return {name: round(seconds, 2) for name, seconds in sorted(totals.items(), key=lambda kv: -kv[1])}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-test", action="store_true", help="do not time `make test`")
+    parser.add_argument("--no-build", action="store_true", help="do not time the book build")
+    parser.add_argument("--repeat", type=int, default=3, help="start-up measurements (median)")
+    parser.add_argument("--output", type=Path, default=REPORT)
+    args = parser.parse_args(argv)
+
+    load = os.getloadavg()
+    cores = os.cpu_count() or 1
+    kernel_environment()
+    print(f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {cores} cores", flush=True)
+
+    rows = notebooks()
+    kernel_start, import_cell = startup(args.repeat)
+    with_code = sum(1 for r in rows if r["status"] != "no code cells")
+    floor = with_code * (kernel_start + import_cell) / cores
+    print(f"start-up: kernel {kernel_start:.2f} s + imports {import_cell:.2f} s per notebook; "
+          f"floor = {with_code} × {kernel_start + import_cell:.2f} s / {cores} cores = {floor:.1f} s", flush=True)
+
+    logs = Path(tempfile.mkdtemp(prefix="attention-claims-bench-"))
+    test_seconds = test_status = build_seconds = build_status = None
+    units: dict[str, float] = {}
+    if not args.no_test:
+        env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+        junit = logs / "junit.xml"
+        test_seconds, test_status = timed(
+            ["make", "--no-print-directory", "test",
+             f"PYTEST_ARGS=--junitxml={junit} -o junit_family=xunit1 -o junit_duration_report=total"],
+            logs / "test.log", env)
+        units = unit_seconds(junit)
+        print(f"make test: {test_seconds:.1f} s ({test_seconds / floor:.2f} × floor)  {test_status}", flush=True)
+    if not args.no_build:
+        build_seconds, build_status = timed(
+            [str(Path(sys.executable).parent / "jupyter-book"), "build", ".", "-n", "-W", "--keep-going",
+             "--path-output", str(logs / "site")], logs / "build.log")
+        print(f"book build: {build_seconds:.1f} s  {build_status}", flush=True)
+
+    slowest = max((r["seconds"] for r in rows), default=0.0)
+    report = {
+        "notebooks": rows,
+        "test_seconds": None if test_seconds is None else round(test_seconds, 1),
+        "build_seconds": None if build_seconds is None else round(build_seconds, 1),
+        "floor_seconds": round(floor, 1),
+        "generated": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        "startup_seconds": round(kernel_start + import_cell, 2),
+        "kernel_start_seconds": round(kernel_start, 2),
+        "import_seconds": round(import_cell, 2),
+        "cores": cores,
+        # per-file times of `make test` (setup + call + teardown); `make test` runs the longest first
+        "unit_seconds": units or previous_units(args.output),
+        "load_average": [round(x, 2) for x in load],
+        "test_status": test_status,
+        "build_status": build_status,
+        "targets": {
+            "every notebook <= 10 s": slowest <= TARGETS["notebook_seconds"],
+            "build <= 15 s": None if build_seconds is None else build_seconds <= TARGETS["build_seconds"],
+            "make test <= 2 x floor": None if test_seconds is None else test_seconds <= TARGETS["test_over_floor"] * floor,
+        },
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {args.output.relative_to(ROOT) if args.output.is_relative_to(ROOT) else args.output}; "
+          f"targets: {report['targets']}")
+    failed = [r["name"] for r in rows if r["status"] not in ("ok", "no code cells")]
+    if failed or test_status not in (None, "ok") or build_status not in (None, "ok"):
+        print(f"bench: something failed; logs in {logs}", file=sys.stderr)
+        return 1
+    shutil.rmtree(logs, ignore_errors=True)     # the private site build and the logs
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""pytest plugin for the notebooks (loaded by the Makefile with ``-p nbplugin``).
+
+1. A notebook that is not valid JSON (or not a notebook) fails collection with one line,
+   ``notebooks/X.ipynb: not valid JSON (line L, column C): …``, instead of nbval's traceback.
+2. ``--attnref-seeds=1,2``: after nbval has run a notebook's cells with the default seed (and
+   compared their outputs), one more item of the same notebook, ``seeds[1,2]``, re-runs every
+   code cell in the *same* kernel for each listed seed — ``%reset -f`` (the namespace is
+   emptied; imported modules stay, so the imports cost nothing the second time), then
+   ``ATTNREF_SEED`` set in the kernel's environment (``attnref.seeding`` reads it at every
+   draw). Outputs are not compared; every assertion must hold, and every verdict recorded by
+   ``claims.record`` must be the one stored in the notebook. A notebook without code cells has
+   no items, so no kernel is started for it.
+3. ``--attnref-longest-first``: files (notebooks and test modules) run longest first, by the
+   per-file times ``make bench`` last measured (``unit_seconds`` in ``book/_data/report.json``;
+   a file it does not list counts 10 s for a notebook, 1 s for a test module). With
+   ``--dist loadfile --no-loadscope-reorder`` that is the longest-processing-time-first
+   schedule: the long units start first and the short ones fill the gaps at the end.
+4. If this pytest process was started with ``tools/testenv`` on ``PYTHONPATH`` (its
+   ``sitecustomize`` installed the network guard; kernels inherit the variable), the seed item
+   first checks that the notebook's kernel has the guard too.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+VERDICT_KEY = "attnref_verdict"
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def _preflight():
+    spec = importlib.util.spec_from_file_location("attnclaims_preflight", HERE.parent / "preflight.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_notebook_problem = _preflight().notebook_problem
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("attention-claims")
+    group.addoption("--attnref-seeds", default="", metavar="S1,S2",
+                    help="after each notebook, re-run its code cells in the same kernel with these "
+                         "ATTNREF_SEED values (assertions and verdicts only, no output comparison)")
+    group.addoption("--attnref-longest-first", action="store_true",
+                    help="run files longest first (times from book/_data/report.json)")
+
+
+class BadNotebook(pytest.File):
+    """A notebook file that cannot be parsed: collecting it fails with one line."""
+
+    problem = ""
+
+    def collect(self):
+        raise BadNotebookError(self.problem)
+
+    def repr_failure(self, excinfo):
+        if excinfo.errisinstance(BadNotebookError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+
+class BadNotebookError(Exception):
+    pass
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collect_file(file_path, parent):
+    collected = yield
+    if file_path.suffix != ".ipynb" or not collected:
+        return collected
+    problem = _notebook_problem(Path(file_path), Path(str(parent.config.rootpath)))
+    if problem is None:
+        return collected
+    node = BadNotebook.from_parent(parent, path=file_path)
+    node.problem = problem
+    return [node]
+
+
+def _seeds(config) -> list[int]:
+    raw = config.getoption("attnref_seeds") or ""
+    try:
+        return [int(s) for s in raw.replace(" ", "").split(",") if s]
+    except ValueError:
+        raise pytest.UsageError(f"--attnref-seeds must be a comma-separated list of integers, got {raw!r}") from None
+
+
+def pytest_collection_modifyitems(session, config, items):
+    add_seed_sweeps(config, items)
+    if config.getoption("attnref_longest_first"):
+        longest_first(Path(str(config.rootpath)), items)
+
+
+REPORT = Path("book") / "_data" / "report.json"
+
+
+def longest_first(root: Path, items) -> None:
+    try:
+        known = json.loads((root / REPORT).read_text(encoding="utf-8")).get("unit_seconds") or {}
+    except (OSError, ValueError, AttributeError):
+        known = {}
+    files: dict[str, list] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+
+    def cost(name: str) -> float:
+        try:
+            return float(known[name])
+        except (KeyError, TypeError, ValueError):
+            return 10.0 if name.endswith(".ipynb") else 1.0
+
+    order = sorted(files, key=lambda name: -cost(name))     # stable: ties keep collection order
+    items[:] = [item for name in order for item in files[name]]
+
+
+def add_seed_sweeps(config, items) -> None:
+    seeds = _seeds(config)
+    if not seeds:
+        return
+    from nbval.plugin import IPyNbCell, IPyNbFile
+
+    result, cells = [], []
+
+    def flush():
+        if cells:
+            parent = cells[0].parent
+            result.append(SeedSweep.from_parent(parent, name=f"seeds[{','.join(map(str, seeds))}]",
+                                                seeds=seeds, cells=list(cells)))
+            cells.clear()
+
+    for item in items:
+        if isinstance(item, IPyNbCell) and isinstance(item.parent, IPyNbFile):
+            if cells and cells[0].parent is not item.parent:
+                flush()
+            cells.append(item)
+            result.append(item)
+        else:
+            flush()
+            result.append(item)
+    flush()
+    items[:] = result
+
+
+# Before each seed: an empty namespace (modules stay imported), the seed in the environment, and
+# figures not rendered to PNG (they are built, so plotting code still runs, but not rasterised:
+# the stored figures are those of the default seed, and rendering is most of a figure's cost).
+SWEEP_PRELUDE = """%reset -f
+import os as _os
+_os.environ["ATTNREF_SEED"] = "{seed}"
+for _mime in ("image/png", "image/jpeg", "image/svg+xml", "application/pdf"):
+    get_ipython().display_formatter.formatters[_mime].enabled = False
+del _os, _mime
+"""
+
+
+class SweepFailure(Exception):
+    pass
+
+
+class SeedSweep(pytest.Item):
+    """Re-runs a notebook's code cells for other seeds in the kernel nbval started."""
+
+    def __init__(self, *, seeds, cells, **kwargs):
+        super().__init__(**kwargs)
+        self.seeds = seeds
+        self.cells = cells
+
+    def reportinfo(self):
+        return self.path, None, f"{self.parent.name}::{self.name}"
+
+    def _run(self, client, code: str, timeout: float, where: str) -> list[dict]:
+        outputs: list[dict] = []
+
+        def hook(msg):
+            kind = msg["msg_type"]
+            if kind in ("execute_result", "display_data"):
+                outputs.append(msg["content"])
+
+        reply = client.execute_interactive(code, store_history=False, allow_stdin=False,
+                                           output_hook=hook, timeout=timeout)
+        content = reply["content"]
+        if content["status"] != "ok":
+            trace = ANSI.sub("", "\n".join(content.get("traceback", [])))
+            raise SweepFailure(f"{where}: {content.get('ename')}: {content.get('evalue')}\n{trace}")
+        return outputs
+
+    def runtest(self):
+        kernel = self.parent.kernel
+        if kernel is None or not kernel.is_alive():
+            raise SweepFailure("the notebook's kernel is not running (a cell above timed out or crashed it)")
+        client = kernel.kc
+        timeout = float(self.config.getoption("nbval_cell_timeout") or 2000)
+        if started_with_testenv():
+            self._run(client, "import netguard as _ng\nassert _ng.installed(), 'network guard not installed'\ndel _ng",
+                      60, "network guard check in the kernel")
+        stored = stored_verdicts(cell.cell for cell in self.cells)
+        for seed in self.seeds:
+            self._run(client, SWEEP_PRELUDE.format(seed=seed), 60, f"seed {seed}: reset")
+            computed: dict[str, str] = {}
+            for item in self.cells:
+                if item.options.get("skip"):
+                    continue
+                where = f"seed {seed}, {item.name}"
+                try:
+                    outputs = self._run(client, item.cell.source, timeout, where)
+                except SweepFailure:
+                    if item.options.get("check_exception"):
+                        continue
+                    raise
+                computed.update(verdicts_of(outputs))
+            changed = {cid: (stored[cid], computed.get(cid)) for cid in stored if computed.get(cid) != stored[cid]}
+            if changed:
+                detail = "; ".join(f"{cid}: stored {old!r}, computed {new!r}" for cid, (old, new) in changed.items())
+                raise SweepFailure(f"seed {seed}: a verdict depends on the seed: {detail}")
+
+    def repr_failure(self, excinfo):
+        if excinfo.errisinstance(SweepFailure):
+            return f"{self.path.name} {self.name}: {excinfo.value}"
+        return super().repr_failure(excinfo)
+
+
+def started_with_testenv() -> bool:
+    """Whether this process ran tools/testenv/sitecustomize.py at start-up."""
+    module = sys.modules.get("sitecustomize")
+    return module is not None and Path(getattr(module, "__file__", "") or "").resolve().parent == HERE
+
+
+def verdicts_of(outputs) -> dict[str, str]:
+    found = {}
+    for output in outputs:
+        verdict = (output.get("metadata") or {}).get(VERDICT_KEY)
+        if isinstance(verdict, dict) and "id" in verdict:
+            found[verdict["id"]] = verdict.get("verdict")
+    return found
+
+
+def stored_verdicts(cells) -> dict[str, str]:
+    found = {}
+    for cell in cells:
+        found.update(verdicts_of(cell.get("outputs", [])))
+    return found
