@@ -4,7 +4,7 @@ expectations of polynomials in independent random variables, checked identities.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, NamedTuple, Sequence
 
 import sympy as sp
 
@@ -133,3 +133,55 @@ def softmax(logits: Sequence[sp.Expr]) -> sp.Matrix:
     exps = [sp.exp(z) for z in logits]
     total = sp.Add(*exps)
     return sp.Matrix([e / total for e in exps])
+
+
+def softmax_rows(scores: sp.MatrixBase, keep: Sequence[bool] | None = None) -> sp.Matrix:
+    r"""Row-wise symbolic softmax :math:`\alpha_{ij} = e^{s_{ij}} / \sum_l e^{s_{il}}` of an ``n × m`` matrix.
+
+    ``keep`` (length ``m``, optional) masks keys: a key with ``keep[j] = False`` gets weight 0
+    in every row, as a padded key does.
+    """
+    if keep is not None and len(keep) != scores.cols:
+        raise ValueError(f"keep has {len(keep)} entries, expected one per column of scores {scores.shape}")
+    rows = []
+    for i in range(scores.rows):
+        exps = [sp.exp(scores[i, j]) if keep is None or keep[j] else sp.Integer(0) for j in range(scores.cols)]
+        rows.append(sp.Matrix([exps]) / sp.Add(*exps))
+    return sp.Matrix.vstack(*rows)
+
+
+class LayerNormParts(NamedTuple):
+    """A symbolic LayerNorm and the pieces it is made of."""
+
+    output: sp.Matrix      # γ ⊙ (x − μ1)/√(σ² + ε) + β
+    centred: sp.Matrix     # x − μ1
+    variance: sp.Expr      # σ², the biased variance
+
+
+def layer_norm(x: sp.MatrixBase, eps: sp.Expr | float = 0, gain: sp.MatrixBase | None = None,
+               bias: sp.MatrixBase | None = None, factor_variance: bool = False) -> LayerNormParts:
+    r"""Symbolic LayerNorm of one vector (row or column):
+    :math:`\mathrm{LN}(x) = \gamma \odot (x - \mu\mathbf 1)/\sqrt{\sigma^2 + \varepsilon} + \beta`.
+
+    ``factor_variance=True`` factors σ², which lets sympy take a positive scale out of the square
+    root (:math:`\sqrt{\alpha^2 \sigma^2} = \alpha\sigma` for α > 0).
+    """
+    if 1 not in x.shape:
+        raise ValueError(f"x must be a row or column vector, got shape {x.shape}")
+    width = len(x)
+    centred = x - (sp.Add(*x) / width) * sp.ones(*x.shape)          # x − μ1
+    variance = sp.Add(*[e**2 for e in centred]) / width              # σ² (biased)
+    if factor_variance:
+        variance = sp.factor(variance)
+    output = centred / sp.sqrt(variance + eps)                       # (x − μ1)/√(σ² + ε)
+    if gain is not None:
+        output = output.multiply_elementwise(gain)                   # γ ⊙ …
+    if bias is not None:
+        output = output + bias                                       # … + β
+    return LayerNormParts(output, centred, variance)
+
+
+def layer_norm_rows(rows: sp.MatrixBase, gain: sp.MatrixBase | None = None, bias: sp.MatrixBase | None = None,
+                    eps: sp.Expr | float = 0) -> sp.Matrix:
+    """:func:`layer_norm` applied to every row of an ``n × d`` matrix (the output only)."""
+    return sp.Matrix.vstack(*[layer_norm(rows[i, :], eps, gain, bias).output for i in range(rows.rows)])

@@ -90,3 +90,25 @@ def test_registry_lists_exactly_the_catalogue_ids():
     catalogue = dict(re.findall(r"^- \*\*([A-Z]\d+) ([a-z0-9-]+)\*\*", text, flags=re.M))
     assert catalogue, "no claim IDs parsed from CLAIMS.md"
     assert {cid: c.slug for cid, c in claims.CLAIMS.items()} == catalogue
+
+
+def test_symbolic_softmax_rows_and_mask():
+    s = sym.matrix("s", 2, 3)
+    weights = sym.softmax_rows(s, keep=[True, False, True])
+    assert weights[0, 1] == 0 and sp.simplify(sum(weights.row(1)) - 1) == 0
+    with pytest.raises(ValueError, match="keep has 2 entries, expected one per column"):
+        sym.softmax_rows(s, keep=[True, False])
+
+
+def test_symbolic_layer_norm_matches_attnref():
+    x = sym.row_vector("x", 3)
+    parts = sym.layer_norm(x, eps=sp.Rational(1, 10))
+    values = {v: val for v, val in zip(x, (1.0, 2.5, -0.5))}
+    numeric = torch.tensor([[1.0, 2.5, -0.5]], dtype=torch.float64)
+    from attnref import LayerNormParams, layer_norm
+    expected = layer_norm(numeric, LayerNormParams(eps=0.1))
+    got = torch.tensor([[float(e.subs(values)) for e in parts.output]], dtype=torch.float64)
+    assert (got - expected).abs().max() < 1e-12
+    assert sym.is_zero(sym.layer_norm_rows(sp.Matrix.vstack(x, x))[1, :] - sym.layer_norm(x).output)
+    with pytest.raises(ValueError, match="x must be a row or column vector"):
+        sym.layer_norm(sym.matrix("m", 2, 2))
