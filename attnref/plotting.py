@@ -56,12 +56,43 @@ def figure(ncols: int = 1, nrows: int = 1, width: float | None = None, height: f
     return plt.subplots(nrows, ncols, figsize=size, **subplots_kw)
 
 
+#: Colours kept per figure: line plots and heatmaps of the book look the same with 256, at a
+#: third of the bytes of a full-colour PNG.
+PNG_COLOURS = 256
+
+
+def png_bytes(fig) -> tuple[bytes, int, int]:
+    """``fig`` as a 2×-resolution, 256-colour PNG; returns the bytes and the display width and height.
+
+    The figure is rendered as the notebook's "retina" format would render it, then its palette
+    is reduced to :data:`PNG_COLOURS` colours without dithering (sharp lines, small files).
+    """
+    from io import BytesIO
+
+    from PIL import Image
+
+    rendered = BytesIO()
+    fig.savefig(rendered, format="png", dpi=2 * fig.dpi, bbox_inches="tight", facecolor="white")
+    image = Image.open(rendered).convert("RGB")
+    reduced = image.quantize(colors=PNG_COLOURS, method=Image.Quantize.MAXCOVERAGE, dither=Image.Dither.NONE)
+    out = BytesIO()
+    reduced.save(out, format="png", compress_level=9)
+    return out.getvalue(), image.width // 2, image.height // 2
+
+
 def show(fig) -> None:
-    """Display ``fig`` in the notebook and close it (so it is shown exactly once)."""
+    """Display ``fig`` in the notebook as a compact PNG (:func:`png_bytes`) and close it.
+
+    The plain-text part of the output is matplotlib's usual ``<Figure size … with N Axes>``.
+    """
     try:
         from IPython.display import display
     except ImportError:  # outside IPython: nothing to show
         plt.close(fig)
         return
-    display(fig)
+    import base64
+
+    data, width, height = png_bytes(fig)
+    bundle = {"image/png": base64.b64encode(data).decode("ascii"), "text/plain": repr(fig)}
+    display(bundle, raw=True, metadata={"image/png": {"width": width, "height": height}})
     plt.close(fig)
