@@ -72,7 +72,8 @@ def png_bytes(fig) -> tuple[bytes, int, int]:
     from PIL import Image
 
     rendered = BytesIO()
-    fig.savefig(rendered, format="png", dpi=2 * fig.dpi, bbox_inches="tight", facecolor="white")
+    # The figures use constrained layout, so no "tight" bounding box (an extra draw) is needed.
+    fig.savefig(rendered, format="png", dpi=2 * fig.dpi, facecolor="white")
     image = Image.open(rendered).convert("RGB")
     reduced = image.quantize(colors=PNG_COLOURS, method=Image.Quantize.MAXCOVERAGE, dither=Image.Dither.NONE)
     out = BytesIO()
