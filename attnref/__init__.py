@@ -75,12 +75,14 @@ from attnref.layers import (
     FeedForward,
     LayerNormParams,
     encoder_layer,
+    encoder_layer_with_weights,
     feed_forward,
     layer_norm,
     sinusoidal_positional_encoding,
 )
 from attnref.multihead import (
     MultiHeadWeights,
+    head_projections,
     multi_head_attention,
     multi_head_attention_packed,
 )
@@ -104,10 +106,12 @@ __all__ = [
     "cosine_attention",
     "cosine_scores",
     "encoder_layer",
+    "encoder_layer_with_weights",
     "encoder_layer_parameter_count",
     "feed_forward",
     "gat_scores",
     "gatv2_scores",
+    "head_projections",
     "layer_norm",
     "linear_attention",
     "luong_dot_scores",

@@ -154,16 +154,23 @@ class EncoderLayer:
                    ffn=FeedForward.from_linears(layer.linear1, layer.linear2, name), norm_2=norm(layer.norm2))
 
 
-def encoder_layer(x: Tensor, layer: EncoderLayer, mask: Tensor | None = None,
-                  key_mask: Tensor | None = None) -> Tensor:
+def encoder_layer_with_weights(x: Tensor, layer: EncoderLayer, mask: Tensor | None = None,
+                               key_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
     r"""Post-LN encoder layer: :math:`y = \mathrm{LN}_1(x + \mathrm{MHA}(x))`, :math:`z = \mathrm{LN}_2(y + \mathrm{FFN}(y))`.
 
     ``x (..., n, d)``; ``mask`` and ``key_mask`` as in :func:`attnref.multi_head_attention`.
+    Returns ``z (..., n, d)`` and the attention weights of every head ``(..., h, n, n)``.
     """
-    attended = multi_head_attention(x, layer.attention, mask=mask, key_mask=key_mask).output
-    y = layer_norm(x + attended, layer.norm_1)           # residual sum, then LayerNorm
+    attended = multi_head_attention(x, layer.attention, mask=mask, key_mask=key_mask)
+    y = layer_norm(x + attended.output, layer.norm_1)            # residual sum, then LayerNorm
     z = layer_norm(y + feed_forward(y, layer.ffn), layer.norm_2)
-    return z
+    return z, attended.weights
+
+
+def encoder_layer(x: Tensor, layer: EncoderLayer, mask: Tensor | None = None,
+                  key_mask: Tensor | None = None) -> Tensor:
+    """The output ``z`` of :func:`encoder_layer_with_weights`."""
+    return encoder_layer_with_weights(x, layer, mask=mask, key_mask=key_mask)[0]
 
 
 def sinusoidal_positional_encoding(n: int, d: int, dtype: torch.dtype = torch.float64) -> Tensor:

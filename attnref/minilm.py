@@ -36,8 +36,8 @@ import torch
 
 from attnref import _validate as check
 from attnref.attention import cosine_scores, softmax
-from attnref.layers import EncoderLayer, FeedForward, LayerNormParams, feed_forward, layer_norm
-from attnref.multihead import MultiHeadWeights, multi_head_attention
+from attnref.layers import EncoderLayer, FeedForward, LayerNormParams, encoder_layer_with_weights, layer_norm
+from attnref.multihead import MultiHeadWeights
 
 Tensor = torch.Tensor
 
@@ -311,18 +311,6 @@ def embed(model: MiniLM, input_ids: Tensor, token_type_ids: Tensor | None = None
     return layer_norm(summed, model.embeddings.norm)          # LN_emb
 
 
-def encoder_layer_with_weights(x: Tensor, layer: EncoderLayer, key_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    r"""One post-LN layer, also returning its attention weights (:func:`attnref.encoder_layer` returns only ``z``).
-
-    :math:`y = \mathrm{LN}_1(x + \mathrm{MHA}(x))`, :math:`z = \mathrm{LN}_2(y + \mathrm{FFN}(y))`.
-    ``x (b, n, d)`` → ``z (b, n, d)`` and the weights ``(b, h, n, n)``.
-    """
-    attended = multi_head_attention(x, layer.attention, key_mask=key_mask)   # output (b, n, d), weights (b, h, n, n)
-    y = layer_norm(x + attended.output, layer.norm_1)                         # residual sum, then LN_1
-    z = layer_norm(y + feed_forward(y, layer.ffn), layer.norm_2)              # residual sum, then LN_2
-    return z, attended.weights
-
-
 def encode(model: MiniLM, input_ids: Tensor, key_mask: Tensor | None = None,
            token_type_ids: Tensor | None = None) -> EncoderOutput:
     """Run the encoder; return every hidden state and every layer's attention weights.
@@ -347,7 +335,7 @@ def encode(model: MiniLM, input_ids: Tensor, key_mask: Tensor | None = None,
         raise ValueError("key_mask has a row with no real token")
     hidden_states, attentions = [x], []
     for layer in model.layers:
-        x, weights = encoder_layer_with_weights(x, layer, key_mask)   # H⁽ˡ⁾ (b, n, d), A⁽ˡ⁾ (b, h, n, n)
+        x, weights = encoder_layer_with_weights(x, layer, key_mask=key_mask)   # H⁽ˡ⁾ (b, n, d), A⁽ˡ⁾ (b, h, n, n)
         hidden_states.append(x)
         attentions.append(weights)
     return EncoderOutput(tuple(hidden_states), tuple(attentions), key_mask)
@@ -378,29 +366,6 @@ def sentence_embeddings(model: MiniLM, sentences: Sequence[str], tokenizer=None)
 
 
 # --- analysis helpers for the chapter on the trained model --------------------------------
-
-def queries_keys(x: Tensor, weights: MultiHeadWeights) -> tuple[Tensor, Tensor]:
-    r"""The raw per-head queries and keys, biases included: :math:`q_i = x_i W_i^Q + b_i^Q`, :math:`k_j = x_j W_i^K + b_i^K`.
-
-    ``x (..., n, d)`` → ``q, k (..., h, n, d_k)`` (self-attention: both from ``x``). The
-    attention logits of head ``i`` are :math:`q \cdot k / \sqrt{d_k}`.
-    """
-    check.floating("x", x, min_dim=2)
-    check.same_dtype(x=x, w_q=weights.w_q)
-    check.dim_equal("x width must match w_q", "x", x, -1, "w_q", weights.w_q, 1)
-    check.dim_equal("x width must match w_k", "x", x, -1, "w_k", weights.w_k, 1)
-    h, d_k = weights.h, weights.d_k
-    w_q, w_k, _ = weights.packed_projections()               # (d, h·d_k) each: the heads side by side
-    q = x @ w_q                                              # (..., n, d) @ (d, h·d_k) -> (..., n, h·d_k)
-    k = x @ w_k                                              # (..., n, d) @ (d, h·d_k) -> (..., n, h·d_k)
-    if weights.b_q is not None:
-        q = q + weights.b_q.reshape(-1)                      # + b^Q of every head: (h·d_k,)
-    if weights.b_k is not None:
-        k = k + weights.b_k.reshape(-1)                      # + b^K: (h·d_k,)
-    q = q.unflatten(-1, (h, d_k)).transpose(-3, -2)          # (..., n, h, d_k) -> (..., h, n, d_k)
-    k = k.unflatten(-1, (h, d_k)).transpose(-3, -2)          # (..., h, n, d_k)
-    return q, k
-
 
 def _check_weights(name: str, p: Tensor) -> None:
     check.floating(name, p, min_dim=2)

@@ -226,7 +226,11 @@ def multi_head_attention(query_input: Tensor, weights: MultiHeadWeights, key_inp
         k_i = x_k @ weights.w_k[i]     # (..., m, d) @ (d, d_k) -> (..., m, d_k)
         v_i = x_v @ weights.w_v[i]     # (..., m, d) @ (d, d_v) -> (..., m, d_v)
         if weights.b_q is not None:
-            q_i, k_i, v_i = q_i + weights.b_q[i], k_i + weights.b_k[i], v_i + weights.b_v[i]
+            q_i = q_i + weights.b_q[i]
+        if weights.b_k is not None:
+            k_i = k_i + weights.b_k[i]
+        if weights.b_v is not None:
+            v_i = v_i + weights.b_v[i]
         head_i = scaled_dot_product_attention(q_i, k_i, v_i, mask=full_mask, causal=causal)
         heads.append(head_i.output)            # (..., n, d_v)
         head_weights.append(head_i.weights)    # (..., n, m)
@@ -247,16 +251,7 @@ def multi_head_attention_packed(query_input: Tensor, weights: MultiHeadWeights, 
     """
     x_q, x_k, x_v = _inputs(query_input, key_input, value_input, weights)
     full_mask = _combined_mask(mask, key_mask, x_k)
-    h, d_k, d_v = weights.h, weights.d_k, weights.d_v
-    w_q, w_k, w_v = weights.packed_projections()
-    q = x_q @ w_q                  # (..., n, d) @ (d, h·d_k) -> (..., n, h·d_k)
-    k = x_k @ w_k                  # (..., m, d) @ (d, h·d_k) -> (..., m, h·d_k)
-    v = x_v @ w_v                  # (..., m, d) @ (d, h·d_v) -> (..., m, h·d_v)
-    if weights.b_q is not None:
-        q, k, v = q + weights.b_q.reshape(-1), k + weights.b_k.reshape(-1), v + weights.b_v.reshape(-1)
-    q = q.unflatten(-1, (h, d_k)).transpose(-3, -2)   # (..., n, h, d_k) -> (..., h, n, d_k)
-    k = k.unflatten(-1, (h, d_k)).transpose(-3, -2)   # (..., h, m, d_k)
-    v = v.unflatten(-1, (h, d_v)).transpose(-3, -2)   # (..., h, m, d_v)
+    q, k, v = _split_heads(x_q, x_k, x_v, weights)   # (..., h, n or m, d_k or d_v)
     if full_mask is not None:
         full_mask = full_mask.unsqueeze(-3)           # (..., 1, n, m): the same mask for every head
     heads = scaled_dot_product_attention(q, k, v, mask=full_mask, causal=causal)
@@ -265,3 +260,33 @@ def multi_head_attention_packed(query_input: Tensor, weights: MultiHeadWeights, 
     if weights.b_o is not None:
         output = output + weights.b_o
     return AttentionResult(output, heads.weights)         # weights (..., h, n, m)
+
+
+def head_projections(query_input: Tensor, weights: MultiHeadWeights, key_input: Tensor | None = None,
+                     value_input: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    r"""The per-head queries, keys and values, biases included: :math:`Q_i = X_q W_i^Q + b_i^Q`, ….
+
+    Returns ``q (..., h, n, d_k)``, ``k (..., h, m, d_k)``, ``v (..., h, m, d_v)``; key and value
+    inputs default to ``query_input`` (self-attention). These are what
+    :func:`multi_head_attention_packed` attends with.
+    """
+    x_q, x_k, x_v = _inputs(query_input, key_input, value_input, weights)
+    return _split_heads(x_q, x_k, x_v, weights)
+
+
+def _split_heads(x_q: Tensor, x_k: Tensor, x_v: Tensor, weights: MultiHeadWeights) -> tuple[Tensor, Tensor, Tensor]:
+    h, d_k, d_v = weights.h, weights.d_k, weights.d_v
+    w_q, w_k, w_v = weights.packed_projections()
+    q = x_q @ w_q                  # (..., n, d) @ (d, h·d_k) -> (..., n, h·d_k)
+    k = x_k @ w_k                  # (..., m, d) @ (d, h·d_k) -> (..., m, h·d_k)
+    v = x_v @ w_v                  # (..., m, d) @ (d, h·d_v) -> (..., m, h·d_v)
+    if weights.b_q is not None:
+        q = q + weights.b_q.reshape(-1)   # b_i^Q of every head, side by side: (h·d_k,)
+    if weights.b_k is not None:
+        k = k + weights.b_k.reshape(-1)
+    if weights.b_v is not None:
+        v = v + weights.b_v.reshape(-1)
+    q = q.unflatten(-1, (h, d_k)).transpose(-3, -2)   # (..., n, h, d_k) -> (..., h, n, d_k)
+    k = k.unflatten(-1, (h, d_k)).transpose(-3, -2)   # (..., h, m, d_k)
+    v = v.unflatten(-1, (h, d_v)).transpose(-3, -2)   # (..., h, m, d_v)
+    return q, k, v

@@ -147,3 +147,32 @@ def test_sinusoidal_encoding_values():
     assert abs(pe[p, 2 * i].item() - math.sin(p / 10000 ** (2 * i / 16))) < 1e-15
     assert abs(pe[p, 2 * i + 1].item() - math.cos(p / 10000 ** (2 * i / 16))) < 1e-15
     assert torch.allclose(pe[0, 1::2], torch.ones(8, dtype=torch.float64))
+
+
+def test_head_projections_are_the_per_head_products(gen):
+    weights = MultiHeadWeights.random(12, 3, generator=gen)
+    x, memory = randn(gen, 2, 4, 12), randn(gen, 2, 6, 12)
+    q, k, v = attnref.head_projections(x, weights, key_input=memory)
+    for i in range(weights.h):
+        assert (q[:, i] - (x @ weights.w_q[i] + weights.b_q[i])).abs().max() < PARITY_ATOL
+        assert (k[:, i] - (memory @ weights.w_k[i] + weights.b_k[i])).abs().max() < PARITY_ATOL
+        assert (v[:, i] - (memory @ weights.w_v[i] + weights.b_v[i])).abs().max() < PARITY_ATOL
+
+
+def test_per_head_and_packed_forms_agree_with_only_some_biases(gen):
+    full = MultiHeadWeights.random(8, 2, generator=gen)
+    weights = MultiHeadWeights(w_q=full.w_q, w_k=full.w_k, w_v=full.w_v, w_o=full.w_o, b_q=full.b_q, b_v=full.b_v)
+    x = randn(gen, 5, 8)
+    a = attnref.multi_head_attention(x, weights)
+    b = attnref.multi_head_attention_packed(x, weights)
+    assert (a.output - b.output).abs().max() < PARITY_ATOL
+
+
+def test_encoder_layer_with_weights_returns_the_attention_weights(gen):
+    torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=gen)))
+    layer = attnref.EncoderLayer.from_torch(torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True,
+                                                                             dtype=torch.float64))
+    x = randn(gen, 5, 8)
+    z, weights = attnref.encoder_layer_with_weights(x, layer)
+    assert torch.equal(z, attnref.encoder_layer(x, layer))
+    assert torch.equal(weights, attnref.multi_head_attention(x, layer.attention).weights)
