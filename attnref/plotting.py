@@ -3,9 +3,15 @@
 Figures are PNG at 2× resolution on a solid white background (readable in the site's dark
 mode too), with a colour-blind-safe palette. Use :func:`figure` to make one and :func:`show`
 to display and close it, so no cell ends with an expression whose repr holds an address.
+
+With ``ATTNREF_FIGURES=off`` in the environment, :func:`show` closes figures without drawing
+them: the seed re-runs of ``make test`` (assertions only) use it, since drawing is most of a
+figure's cost and the stored figures are those of the default seed.
 """
 
 from __future__ import annotations
+
+import os
 
 import matplotlib
 
@@ -64,31 +70,49 @@ PNG_COLOURS = 256
 def png_bytes(fig) -> tuple[bytes, int, int]:
     """``fig`` as a 2×-resolution, 256-colour PNG; returns the bytes and the display width and height.
 
-    The figure is rendered as the notebook's "retina" format would render it, then its palette
-    is reduced to :data:`PNG_COLOURS` colours without dithering (sharp lines, small files).
+    The figure is drawn once at twice its dpi on a white background (the pixels the notebook's
+    "retina" format would produce; ``savefig`` would draw it twice, once for the constrained
+    layout and once for the pixels), then its palette is reduced to :data:`PNG_COLOURS` colours
+    without dithering (sharp lines, small files).
     """
     from io import BytesIO
 
+    import numpy as np
     from PIL import Image
 
-    rendered = BytesIO()
-    # The figures use constrained layout, so no "tight" bounding box (an extra draw) is needed.
-    fig.savefig(rendered, format="png", dpi=2 * fig.dpi, facecolor="white")
-    image = Image.open(rendered).convert("RGB")
+    dpi, facecolor = fig.dpi, fig.get_facecolor()
+    try:
+        fig.dpi = 2 * dpi
+        fig.set_facecolor("white")
+        fig.canvas.draw()                   # the layout engine runs inside this one draw
+        rgba = np.asarray(fig.canvas.buffer_rgba())
+    finally:
+        fig.dpi = dpi
+        fig.set_facecolor(facecolor)
+    image = Image.fromarray(rgba, "RGBA").convert("RGB")
     reduced = image.quantize(colors=PNG_COLOURS, method=Image.Quantize.MAXCOVERAGE, dither=Image.Dither.NONE)
     out = BytesIO()
     reduced.save(out, format="png", compress_level=9)
     return out.getvalue(), image.width // 2, image.height // 2
 
 
+#: Environment variable: ``off`` makes :func:`show` skip drawing (see the module docstring).
+FIGURES_VARIABLE = "ATTNREF_FIGURES"
+
+
 def show(fig) -> None:
     """Display ``fig`` in the notebook as a compact PNG (:func:`png_bytes`) and close it.
 
     The plain-text part of the output is matplotlib's usual ``<Figure size … with N Axes>``.
+    With ``ATTNREF_FIGURES=off`` only that plain-text part is shown and nothing is drawn.
     """
     try:
         from IPython.display import display
     except ImportError:  # outside IPython: nothing to show
+        plt.close(fig)
+        return
+    if os.environ.get(FIGURES_VARIABLE, "on") == "off":
+        display({"text/plain": repr(fig)}, raw=True)
         plt.close(fig)
         return
     import base64

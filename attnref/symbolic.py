@@ -125,7 +125,7 @@ def variance(expr: sp.Expr, random_symbols: Sequence[sp.Symbol], moment: Moment 
     r""":math:`\mathrm{Var}[X] = E[X^2] - E[X]^2` for a polynomial in independent random symbols."""
     mean = expectation(expr, random_symbols, moment)
     second = expectation(sp.expand(expr ** 2), random_symbols, moment)
-    return sp.simplify(second - mean ** 2)
+    return sp.expand(second - mean ** 2)      # a polynomial: expansion is its canonical form
 
 
 def softmax(logits: Sequence[sp.Expr]) -> sp.Matrix:

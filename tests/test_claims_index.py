@@ -240,3 +240,17 @@ def test_committed_report_is_well_formed() -> None:
     assert why is None, why
     names = {row["name"] for row in data["notebooks"]}
     assert names == {p.stem for p in index.notebook_paths(ROOT)}, "the report does not cover every notebook"
+
+
+def test_the_build_extension_does_not_import_torch():
+    # The registry is plain Python; importing torch would add ~2 s to every book build.
+    import subprocess
+    code = ("import importlib.util, sys\n"
+            f"spec = importlib.util.spec_from_file_location('claims_index', {str(ROOT / 'book' / '_ext' / 'claims_index.py')!r})\n"
+            "module = importlib.util.module_from_spec(spec); sys.modules[spec.name] = module\n"
+            "spec.loader.exec_module(module)\n"
+            "assert module.registry.CLAIMS, 'empty registry'\n"
+            "print(sorted(m for m in ('torch', 'attnref', 'sympy') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

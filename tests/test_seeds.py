@@ -3,9 +3,12 @@
 ``make test`` re-runs every notebook's code cells for one more seed (``make seeds``: five) in
 the kernel nbval used, and fails if an assertion breaks or a recorded verdict changes. Here
 the sweep runs on three small notebooks (nothing heavy is imported, so each costs a kernel
-start): one whose assertion holds only for some seeds, one whose verdict depends on the seed,
-and a robust one with a skipped cell and a cell expected to raise. A placeholder without code
-cells must not start a kernel nor produce an item.
+start): one whose assertion holds only for some seeds (it reads the seed through
+``attnref.seeding``, as the chapters do, without naming ``ATTNREF_SEED``), one whose verdict
+depends on the seed (read from the environment), one that never reads it (its sweep is
+skipped: nothing in it can depend on the seed), and a robust one with a skipped cell and a
+cell expected to raise. A placeholder without code cells must
+not start a kernel nor produce an item.
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ def write(directory, name, cells):
 def test_the_sweep_fails_on_seed_dependent_notebooks_and_passes_robust_ones(pytester):
     notebooks = pytester.path / "notebooks"
     notebooks.mkdir()
-    write(notebooks, "fragile_assert", [new_code_cell(SEED), new_code_cell("assert seed != 2, 'only fails for seed 2'")])
+    write(notebooks, "fragile_assert", [new_code_cell("from attnref import seeding\nseed = seeding.seed()"),
+                                        new_code_cell("assert seed != 2, 'only fails for seed 2'")])
     write(notebooks, "fragile_verdict", [new_code_cell(SEED),
                                          verdict_cell("'holds' if seed == 0 else 'does not hold'", "holds")])
     write(notebooks, "robust", [
@@ -52,6 +56,7 @@ def test_the_sweep_fails_on_seed_dependent_notebooks_and_passes_robust_ones(pyte
         new_code_cell("assert abs(sum([0.1] * 10) - 1) < 1e-12"),
         verdict_cell("'holds'", "holds"),
     ])
+    write(notebooks, "unseeded", [new_code_cell("x = sum(range(4))"), new_code_cell("assert x == 6")])
     write(notebooks, "placeholder", [new_markdown_cell("# Placeholder")])
 
     result = pytester.runpytest_inprocess("-p", "nbplugin", "-p", "no:xdist", "--nbval-lax",
@@ -64,8 +69,9 @@ def test_the_sweep_fails_on_seed_dependent_notebooks_and_passes_robust_ones(pyte
     assert any(line.startswith("FAILED notebooks/fragile_verdict.ipynb::seeds[1,2]") for line in collected), output
     assert "seed 2, Cell 1: AssertionError: only fails for seed 2" in output
     assert "seed 1: a verdict depends on the seed: Q1: stored 'holds', computed 'does not hold'" in output
+    assert "unseeded.ipynb: never read ATTNREF_SEED" in output, output
     # The default-seed cells themselves pass: only the sweep sees the other seeds.
-    assert result.parseoutcomes() == {"passed": 9, "failed": 2, "skipped": 1}, output
+    assert result.parseoutcomes() == {"passed": 11, "failed": 2, "skipped": 2}, output
 
 
 def test_without_the_option_there_is_no_sweep(pytester):

@@ -39,9 +39,27 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import importlib.util
+import sys
+
 import nbformat
 
-from attnref import claims as registry
+
+def _load_registry():
+    """``attnref/claims.py`` by its path: importing it as ``attnref.claims`` would run the package's
+    ``__init__``, which imports torch (2 s of a 6 s build) for a module that needs only the
+    standard library. An ``attnref.claims`` already imported (the tests) is used as it is."""
+    if "attnref.claims" in sys.modules:
+        return sys.modules["attnref.claims"]
+    path = Path(__file__).resolve().parents[2] / "attnref" / "claims.py"
+    spec = importlib.util.spec_from_file_location("attnref_claims_registry", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module          # dataclasses look their module up while being defined
+    spec.loader.exec_module(module)
+    return module
+
+
+registry = _load_registry()
 
 #: Where the generated markdown goes: a fenced placeholder block with an optional argument.
 PLACEHOLDER = re.compile(

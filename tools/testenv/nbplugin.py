@@ -8,8 +8,10 @@
    emptied; imported modules stay, so the imports cost nothing the second time), then
    ``ATTNREF_SEED`` set in the kernel's environment (``attnref.seeding`` reads it at every
    draw). Outputs are not compared; every assertion must hold, and every verdict recorded by
-   ``claims.record`` must be the one stored in the notebook. A notebook without code cells has
-   no items, so no kernel is started for it.
+   ``claims.record`` must be the one stored in the notebook. A notebook that never read the
+   seed (``attnref.seeding.seed_was_read()`` is false in its kernel after the default run, and
+   no code cell names ``ATTNREF_SEED``) cannot depend on it: its sweep is skipped, with that
+   reason. A notebook without code cells has no items, so no kernel is started for it.
 3. ``--attnref-longest-first``: files (notebooks and test modules) run longest first, by the
    per-file times ``make bench`` last measured (``unit_seconds`` in ``book/_data/report.json``;
    a file it does not list counts 10 s for a notebook, 1 s for a test module). With
@@ -32,6 +34,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 VERDICT_KEY = "attnref_verdict"
+SEED_NAME = "ATTNREF_SEED"
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
@@ -150,11 +153,14 @@ def add_seed_sweeps(config, items) -> None:
 
 
 # Before each seed: an empty namespace (modules stay imported), the seed in the environment, and
-# figures not rendered to PNG (they are built, so plotting code still runs, but not rasterised:
-# the stored figures are those of the default seed, and rendering is most of a figure's cost).
+# figures built but not drawn (plotting code still runs up to attnref.plotting.show, which with
+# ATTNREF_FIGURES=off closes the figure undrawn; any other figure is not rasterised either): the
+# stored figures are those of the default seed, drawn by the strict run, and drawing is most of
+# a figure's cost.
 SWEEP_PRELUDE = """%reset -f
 import os as _os
 _os.environ["ATTNREF_SEED"] = "{seed}"
+_os.environ["ATTNREF_FIGURES"] = "off"
 for _mime in ("image/png", "image/jpeg", "image/svg+xml", "application/pdf"):
     get_ipython().display_formatter.formatters[_mime].enabled = False
 del _os, _mime
@@ -192,6 +198,16 @@ class SeedSweep(pytest.Item):
             raise SweepFailure(f"{where}: {content.get('ename')}: {content.get('evalue')}\n{trace}")
         return outputs
 
+    def _seed_was_read(self, client) -> bool:
+        """Whether the notebook's default-seed run read the seed through attnref.seeding."""
+        reply = client.execute_interactive("", store_history=False, allow_stdin=False, timeout=60, user_expressions={
+            "read": "__import__('sys').modules['attnref.seeding'].seed_was_read() "
+                    "if 'attnref.seeding' in __import__('sys').modules else False"})
+        result = reply["content"].get("user_expressions", {}).get("read", {})
+        if result.get("status") != "ok":
+            raise SweepFailure(f"could not ask the kernel whether the seed was read: {result}")
+        return result["data"]["text/plain"] == "True"
+
     def runtest(self):
         kernel = self.parent.kernel
         if kernel is None or not kernel.is_alive():
@@ -201,6 +217,8 @@ class SeedSweep(pytest.Item):
         if started_with_testenv():
             self._run(client, "import netguard as _ng\nassert _ng.installed(), 'network guard not installed'\ndel _ng",
                       60, "network guard check in the kernel")
+        if not any(SEED_NAME in item.cell.source for item in self.cells) and not self._seed_was_read(client):
+            pytest.skip(f"{self.path.name}: never read ATTNREF_SEED (attnref.seeding), so no result of it depends on the seed")
         stored = stored_verdicts(cell.cell for cell in self.cells)
         for seed in self.seeds:
             self._run(client, SWEEP_PRELUDE.format(seed=seed), 60, f"seed {seed}: reset")
