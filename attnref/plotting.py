@@ -92,7 +92,7 @@ def png_bytes(fig) -> tuple[bytes, int, int]:
     image = Image.fromarray(rgba, "RGBA").convert("RGB")
     reduced = image.quantize(colors=PNG_COLOURS, method=Image.Quantize.MAXCOVERAGE, dither=Image.Dither.NONE)
     out = BytesIO()
-    reduced.save(out, format="png", compress_level=9)
+    reduced.save(out, format="png", compress_level=7)      # 9 is 7x slower for 8 % fewer bytes
     return out.getvalue(), image.width // 2, image.height // 2
 
 
