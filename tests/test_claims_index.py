@@ -229,6 +229,16 @@ def test_execution_report(tmp_path: Path) -> None:
     text = index.render_report(tmp_path, *index.load_report(tmp_path))
     assert "`make test`: not measured" in text and "9.0 s" in text and "2.5 s is start-up" in text
     assert r"build \<= 15 s: **missed**" in text and "load average 3.2" in text
+    assert "Worker time" not in text and "Strict nbval executes" not in text    # not measured: not shown
+    # The breakdown of the test time and the bound the notebooks alone set.
+    path.write_text(json.dumps({"notebooks": [{"name": "01-nonlinearity", "seconds": 8.0, "status": "ok"}],
+                                "floor_seconds": 2.0, "notebook_bound_seconds": 4.0, "startup_seconds": 4.0,
+                                "cores": 2, "test_breakdown": {"notebooks, stored seed (strict nbval)": 30.0,
+                                                               "other tests": 10.0}}))
+    text = index.render_report(tmp_path, *index.load_report(tmp_path))
+    assert "| notebooks, stored seed (strict nbval) | 30.0 | 75 % |" in text, text
+    assert "| other tests | 10.0 | 25 % |" in text
+    assert "2.0 × the start-up floor on its own" in text and "4.0 s" in text
     path.write_text(json.dumps({"notebooks": [{"name": "01-nonlinearity"}]}))
     assert index.load_report(tmp_path)[1].startswith("malformed")
 

@@ -434,6 +434,27 @@ def _status_badge(status) -> str:
     return f"{{{kind}}}`{status}`"
 
 
+def _test_time_breakdown(data: dict) -> list[str]:
+    """Where `make test` spends its time, and what the notebooks alone imply for the floor target."""
+    lines: list[str] = []
+    breakdown = data.get("test_breakdown") or {}
+    if breakdown:
+        total = sum(float(v) for v in breakdown.values()) or 1.0
+        rows = [[escape(name), f"{float(seconds):.1f}", f"{100 * float(seconds) / total:.0f} %"]
+                for name, seconds in breakdown.items()]
+        lines += ["", f"What the {int(data.get('cores') or 1)} test workers of `make test` spent their time on "
+                      "(seconds of both workers together; setup, run and teardown of each test):", ""]
+        lines += _table(["Part of `make test`", "Worker time (s)", "Share"], rows, ["l", "r", "r"])
+    bound, floor, startup = data.get("notebook_bound_seconds"), data.get("floor_seconds"), data.get("startup_seconds")
+    if bound is not None and floor:
+        lines += ["", (f"Strict nbval executes every notebook once, so `make test` takes at least the notebooks' "
+                       f"total time shared by the cores, {_seconds(bound)}: {float(bound) / float(floor):.1f} × the "
+                       f"start-up floor on its own, before the second seed, the browser test and the unit tests. "
+                       f"A test time of 2 × the floor would need every notebook's own work to take no longer, on "
+                       f"average, than its start-up ({_seconds(startup)}), and nothing else in `make test`.")]
+    return lines
+
+
 def render_report(root: Path, data: dict | None, why: str | None) -> str:
     """The execution report: a row per notebook, then the totals ``make bench`` measured.
 
@@ -473,6 +494,7 @@ def render_report(root: Path, data: dict | None, why: str | None) -> str:
     if data.get("build_status") not in (None, "ok"):
         build += f" ({escape(data['build_status'])})"
     lines += ["", f"{test}. {build}."]
+    lines += _test_time_breakdown(data)
     targets = data.get("targets") or {}
     if targets:
         marks = {True: "met", False: "**missed**", None: "not measured"}
