@@ -34,20 +34,19 @@ The scanning functions are plain Python (no Sphinx needed) and are what the test
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import importlib.util
-import sys
 
 import nbformat
 
 
 def _load_registry():
     """``attnref/claims.py`` by its path: importing it as ``attnref.claims`` would run the package's
-    ``__init__``, which imports torch (2 s of a 6 s build) for a module that needs only the
+    ``__init__``, which imports torch (about 2 s per build) for a module that needs only the
     standard library. An ``attnref.claims`` already imported (the tests) is used as it is."""
     if "attnref.claims" in sys.modules:
         return sys.modules["attnref.claims"]
