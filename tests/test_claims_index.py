@@ -230,6 +230,11 @@ def test_execution_report(tmp_path: Path) -> None:
     assert "`make test`: not measured" in text and "9.0 s" in text and "2.5 s is start-up" in text
     assert r"build \<= 15 s: **missed**" in text and "load average 3.2" in text
     assert "Worker time" not in text and "Strict nbval executes" not in text    # not measured: not shown
+    # Repeated runs: the median and the range of the runs.
+    path.write_text(json.dumps({"notebooks": [{"name": "01-nonlinearity", "seconds": 7.1, "status": "ok",
+                                               "runs": [7.4, 7.1, 6.9]}]}))
+    text = index.render_report(tmp_path, *index.load_report(tmp_path))
+    assert "Run time (s): median of 3 (range)" in text and "| 7.1 (6.9–7.4) |" in text, text
     # The breakdown of the test time and the bound the notebooks alone set.
     path.write_text(json.dumps({"notebooks": [{"name": "01-nonlinearity", "seconds": 8.0, "status": "ok"}],
                                 "floor_seconds": 2.0, "notebook_bound_seconds": 4.0, "startup_seconds": 4.0,

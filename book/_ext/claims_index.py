@@ -475,9 +475,13 @@ def render_report(root: Path, data: dict | None, why: str | None) -> str:
         chapter = chapters.get(notebook)
         title = f"{chapter.number} · {chapter.title}" if chapter else name
         link = _doc(title, notebook) if (root / f"{notebook}.ipynb").exists() else escape(title)
-        rows.append([link, f"{float(row['seconds']):.1f}", _status_badge(row["status"])])
+        runs = [float(r) for r in row.get("runs") or []]
+        spread = f" ({min(runs):.1f}–{max(runs):.1f})" if len(runs) > 1 else ""
+        rows.append([link, f"{float(row['seconds']):.1f}{spread}", _status_badge(row["status"])])
     total = sum(float(row["seconds"]) for row in data["notebooks"])
-    lines = _table(["Notebook", "Run time (s)", "Status"], rows, ["l", "r", "l"])
+    repeats = max((len(row.get("runs") or []) for row in data["notebooks"]), default=0)
+    header = f"Run time (s): median of {repeats} (range)" if repeats > 1 else "Run time (s)"
+    lines = _table(["Notebook", header, "Status"], rows, ["l", "r", "l"])
     lines += ["", f"All notebooks: {total:.1f} s of execution, each in a fresh kernel with one thread."]
     if data.get("startup_seconds") is not None:
         lines[-1] += (f" Of each notebook's time, {_seconds(data['startup_seconds'])} is start-up "
