@@ -20,6 +20,7 @@ Screenshots of the landing page and of chapter 1 (light and dark) are kept under
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import http.server
 import json
@@ -82,8 +83,16 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args) -> None:
         pass
 
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        if ok and not self.path.startswith("/"):   # proxy form (Chromium's proxy is this server)
+            self.server.proxied.append(f"{self.command} {self.path}")
+        return ok
+
 
 class _Server(http.server.ThreadingHTTPServer):
+    proxied: list[str]    # requests for other hosts that reached this server as their proxy
+
     def handle_error(self, request, client_address) -> None:
         """A connection the browser drops when it leaves a page is not an error of the site."""
         if not isinstance(sys.exc_info()[1], ConnectionError):
@@ -92,12 +101,23 @@ class _Server(http.server.ThreadingHTTPServer):
 
 @pytest.fixture(scope="module")
 def server(site: Path):
-    httpd = _Server((HOST, 0), functools.partial(_QuietHandler, directory=str(site)))
+    with _serve(site) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def _serve(directory: Path):
+    """Serve ``directory`` on 127.0.0.1 from a thread; yields the base URL and the list of
+    requests for other hosts that arrived here as their proxy."""
+    httpd = _Server((HOST, 0), functools.partial(_QuietHandler, directory=str(directory)))
+    httpd.proxied = []
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
-    yield f"http://{HOST}:{httpd.server_address[1]}/"
-    httpd.shutdown()
-    httpd.server_close()
+    try:
+        yield f"http://{HOST}:{httpd.server_address[1]}/", httpd.proxied
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
 
 
 def html_pages(site: Path) -> list[str]:
@@ -245,8 +265,9 @@ async def _crawl(playwright_api, site: Path, server: str) -> Crawl:
     start = time.perf_counter()
     # Nothing may leave the site, and nothing can: every request that is not to the loopback
     # address goes to a "proxy" that is the site's own server (loopback is never proxied), which
-    # answers it with an error, so no request reaches another host. Every such request is also
-    # recorded, and the test fails on it. (Intercepting requests with Playwright's route()
+    # answers it with an error, so no request reaches another host — the browser's own
+    # background requests (component updates, accounts) included, which no page listener sees.
+    # Every request of a page to another host is also recorded, and the test fails on it. (Intercepting requests with Playwright's route()
     # instead would switch off Chromium's cache: every page would reload and recompile its
     # scripts, half again the CPU time of the crawl.)
     args = [*CHROMIUM_ARGS, f"--proxy-server={server.rstrip('/')}"]
@@ -298,6 +319,27 @@ def test_every_page_was_opened(crawl: Crawl) -> None:
 def test_no_request_leaves_the_site(crawl: Crawl) -> None:
     assert not crawl.external, "requests to other hosts (sent to a dead end, never out):\n" + "\n".join(
         f"{page}: {url}" for page, url in crawl.external)
+
+
+def test_the_crawl_catches_requests_to_other_hosts(tmp_path: Path) -> None:
+    # The check above must be able to fail: a one-page site that asks three other hosts for an
+    # image (https, by name), a script (http, an IP literal) and a stylesheet. Each request is
+    # recorded, and each went to the dead-end proxy (the site's server), not to its host.
+    playwright_api = pytest.importorskip("playwright.async_api",
+                                         reason="the Python package playwright is not installed")
+    outside = ["https://example.com/figure.png", "http://192.0.2.1/script.js", "https://cdn.example.org/style.css"]
+    (tmp_path / "page.html").write_text(
+        "<!doctype html><html><head><link rel='icon' href='data:,'>"
+        f"<link rel='stylesheet' href='{outside[2]}'></head>"
+        f"<body><p>text</p><img src='{outside[0]}'><script src='{outside[1]}'></script></body></html>")
+    with _serve(tmp_path) as (url, proxied):
+        result = asyncio.run(_crawl(playwright_api, tmp_path, url))
+    assert sorted(external for _, external in result.external) == sorted(outside)
+    assert result.pages["page.html"].broken_images == [outside[0]]
+    # (Chromium's own background requests, e.g. to update.googleapis.com, end there too.)
+    page_hosts = [entry for entry in proxied if any(host in entry for host in ("example", "192.0.2.1"))]
+    assert sorted(page_hosts) == ["CONNECT cdn.example.org:443", "CONNECT example.com:443",
+                                  "GET http://192.0.2.1/script.js"], proxied
 
 
 def test_no_javascript_errors(crawl: Crawl) -> None:
