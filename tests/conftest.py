@@ -39,7 +39,7 @@ def no_network(monkeypatch):
 @pytest.fixture
 def gen(request):
     """A ``torch.Generator`` seeded from ATTNREF_SEED and the test's name."""
-    from attnref import seeding
+    from attnref.book import seeding
 
     return seeding.generator(request.node.name)
 

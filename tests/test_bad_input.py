@@ -129,12 +129,12 @@ def test_not_a_tensor():
 
 
 def test_unknown_claim_id():
-    from attnref import claims
+    from attnref.book import claims
     with pytest.raises(ValueError, match="unknown claim ID 'Z9'"):
         claims.record("Z9", holds=True, summary="", evidence=["numerical"])
 
 
 def test_verdict_must_be_computed_boolean():
-    from attnref import claims
+    from attnref.book import claims
     with pytest.raises(ValueError, match="holds must be a computed boolean, got str"):
         claims.decide("yes")

@@ -1,7 +1,7 @@
 """Every claim is verified exactly once, in its own section, and the claims index says so.
 
 The claims index of the book is generated at build time (``book/_ext/claims_index.py``) from
-the registry (``attnref.claims``) and the ``attnref_verdict`` metadata of the outputs of the
+the registry (``attnref.book.claims``) and the ``attnref_verdict`` metadata of the outputs of the
 committed, executed notebooks. These tests hold the notebooks to what the index needs:
 
 * every ID of the registry and of the catalogue (``../shared/CLAIMS.md``) has a verdict output
@@ -26,7 +26,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attnref import claims
+from attnref.book import claims
 
 ROOT = Path(__file__).resolve().parent.parent
 CATALOGUE = ROOT.parent / "shared" / "CLAIMS.md"

@@ -1,4 +1,4 @@
-"""attnref.symbolic, attnref.stats, attnref.seeding and the claims registry."""
+"""attnref.analysis.symbolic, attnref.analysis.stats, attnref.book.seeding and the claims registry."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import pytest
 import sympy as sp
 import torch
 
-from attnref import claims, seeding, stats
-from attnref import symbolic as sym
+from attnref.book import claims, seeding
+from attnref.analysis import stats
+from attnref.analysis import symbolic as sym
 
 CATALOGUE = Path(__file__).resolve().parents[2] / "shared" / "CLAIMS.md"
 

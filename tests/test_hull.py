@@ -1,4 +1,4 @@
-"""attnref.hull: the monotone-chain hull, edge normals and the separating-direction test."""
+"""attnref.analysis.hull: the monotone-chain hull, edge normals and the separating-direction test."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from attnref import hull
+from attnref.analysis import hull
 from conftest import randn
 
 

@@ -1,4 +1,4 @@
-"""attnref.logit_scale: standardised components, entropy, softmax Jacobian, the cosine bound, slopes."""
+"""attnref.analysis.logit_scale: standardised components, entropy, softmax Jacobian, the cosine bound, slopes."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import attnref
-from attnref import logit_scale, stats
-from attnref.stats import Estimate
+from attnref.analysis import logit_scale, stats
+from attnref.analysis.stats import Estimate
 
 from conftest import PARITY_ATOL, randn
 
@@ -198,7 +198,7 @@ def test_slope_rejects_bad_input():
         logit_scale.loglog_slope_estimate([1.0, 2.0], [Estimate(1.0, 2.0, 10), Estimate(2.0, 0.1, 10)])
     with pytest.raises(ValueError, match="x must be positive"):
         logit_scale.loglog_slope_estimate([0.0, 2.0], good)
-    with pytest.raises(ValueError, match="estimates must be attnref.stats.Estimate objects"):
+    with pytest.raises(ValueError, match="estimates must be attnref.analysis.stats.Estimate objects"):
         logit_scale.loglog_slope_estimate([1.0, 2.0], [1.0, 2.0])
     with pytest.raises(ValueError, match="power must be a finite number > 0, got 0"):
         logit_scale.loglog_slope_estimate([1.0, 2.0], good, power=0)

@@ -1,4 +1,4 @@
-"""attnref.lowrank: exact and numerical ranks, ranks modulo row shifts, the one-head fit."""
+"""attnref.analysis.lowrank: exact and numerical ranks, ranks modulo row shifts, the one-head fit."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import pytest
 import sympy as sp
 import torch
 
-from attnref import lowrank, seeding
-from attnref import symbolic as sym
+from attnref.book import seeding
+from attnref.analysis import lowrank
+from attnref.analysis import symbolic as sym
 from conftest import randn
 
 

@@ -1,4 +1,4 @@
-"""attnref.minilm: all-MiniLM-L6-v2 rebuilt from attnref's parts, checked against its own libraries.
+"""attnref.models.minilm: all-MiniLM-L6-v2 rebuilt from attnref's parts, checked against its own libraries.
 
 Oracles: ``transformers``' ``BertModel`` (eager attention, so that it returns the attention
 probabilities) for every hidden state and attention map, and ``sentence-transformers`` for the
@@ -49,7 +49,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import attnref  # noqa: E402
-from attnref import minilm  # noqa: E402
+from attnref.models import minilm  # noqa: E402
 from attnref.multihead import head_projections  # noqa: E402
 
 SENTENCES_FILE = Path(__file__).resolve().parent / "data" / "sentences.txt"

@@ -5,7 +5,7 @@ a copy with one deliberate mistake (a *mutant*), where it must fail:
 
 * the Q1 derivation of chapter 1 (the notebook's own sympy cell), with the scores made linear
   in the second token: S(αX) = α² S(X) must then fail;
-* the softmax Jacobian identity J = diag(p) − p pᵀ, on ``attnref.symbolic.softmax`` and on
+* the softmax Jacobian identity J = diag(p) − p pᵀ, on ``attnref.analysis.symbolic.softmax`` and on
   copies of its source with a temperature of 1/2 or with the normalisation dropped;
 * the parity of ``attnref.scaled_dot_product_attention`` with torch's SDPA (the repository's
   own test in ``tests/test_attention_parity.py``), on a copy of ``attnref/attention.py`` that
@@ -28,7 +28,7 @@ import sympy as sp
 
 import attnref
 import attnref.attention
-from attnref import symbolic as sym
+from attnref.analysis import symbolic as sym
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -92,7 +92,7 @@ def jacobian_identity_holds(softmax) -> bool:
 def softmax_mutant(original: str, replacement: str):
     source = textwrap.dedent(inspect.getsource(sym.softmax))
     namespace = {"sp": sp, "Sequence": object}
-    exec(mutate(source, original, replacement, "attnref.symbolic.softmax"), namespace)
+    exec(mutate(source, original, replacement, "attnref.analysis.symbolic.softmax"), namespace)
     return namespace["softmax"]
 
 

@@ -6,7 +6,7 @@ import io
 
 from PIL import Image
 
-from attnref import plotting
+from attnref.book import plotting
 
 
 def test_png_bytes_is_a_small_palette_png_at_twice_the_display_size():

@@ -3,7 +3,7 @@
 ``make test`` re-runs every notebook's code cells for one more seed (``make seeds``: five) in
 the kernel nbval used, and fails if an assertion breaks or a recorded verdict changes. Here
 the sweep runs on four small notebooks (each costs a kernel start, and one imports attnref):
-one whose assertion holds only for some seeds (it reads the seed through ``attnref.seeding``,
+one whose assertion holds only for some seeds (it reads the seed through ``attnref.book.seeding``,
 as the chapters do, without naming ``ATTNREF_SEED``), one whose verdict depends on the seed
 (read from the environment), one that never reads it (its sweep is skipped: nothing in it can
 depend on the seed), and a robust one with a skipped cell and a cell expected to raise. A

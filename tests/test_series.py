@@ -1,11 +1,11 @@
-"""attnref.series: truncated power series agree with sympy.series; bad input raises ValueError."""
+"""attnref.analysis.series: truncated power series agree with sympy.series; bad input raises ValueError."""
 
 from __future__ import annotations
 
 import pytest
 import sympy as sp
 
-from attnref import series
+from attnref.analysis import series
 
 eps = sp.Symbol("epsilon", positive=True)
 a, b, c = sp.symbols("a b c", real=True)

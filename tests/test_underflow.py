@@ -1,4 +1,4 @@
-"""attnref.underflow: the logit gap at which a softmax weight becomes exactly 0 (claim L6)."""
+"""attnref.analysis.underflow: the logit gap at which a softmax weight becomes exactly 0 (claim L6)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from attnref import underflow
+from attnref.analysis import underflow
 
 
 def test_smallest_subnormal_is_two_to_the_minimum_exponent():

@@ -49,8 +49,9 @@ import sympy as sp
 from myst_nb import glue
 
 import attnref
-from attnref import claims, plotting, seeding, stats
-from attnref import symbolic as sym
+from attnref.book import claims, plotting, seeding
+from attnref.analysis import stats
+from attnref.analysis import symbolic as sym
 
 plotting.use_book_style()
 torch.set_default_dtype(torch.float64)"""

@@ -2,7 +2,7 @@
 
 Nothing on these pages is typed by hand. At every build the extension reads
 
-* the claims registry (:data:`attnref.claims.CLAIMS`, :data:`attnref.claims.CHAPTERS`),
+* the claims registry (:data:`attnref.book.claims.CLAIMS`, :data:`attnref.book.claims.CHAPTERS`),
 * the committed, executed notebooks: every output whose metadata carries
   ``attnref_verdict`` (written by ``claims.record`` and, in chapter 6, ``claims.recheck``),
   and the section targets ``(claim-<id>)=`` / ``(real-<id>)=`` and ``:label: <id>`` of the
@@ -45,12 +45,12 @@ import nbformat
 
 
 def _load_registry():
-    """``attnref/claims.py`` by its path: importing it as ``attnref.claims`` would run the package's
+    """``attnref/book/claims.py`` by its path: importing it as ``attnref.book.claims`` would run the package's
     ``__init__``, which imports torch (about 2 s per build) for a module that needs only the
-    standard library. An ``attnref.claims`` already imported (the tests) is used as it is."""
-    if "attnref.claims" in sys.modules:
-        return sys.modules["attnref.claims"]
-    path = Path(__file__).resolve().parents[2] / "attnref" / "claims.py"
+    standard library. An ``attnref.book.claims`` already imported (the tests) is used as it is."""
+    if "attnref.book.claims" in sys.modules:
+        return sys.modules["attnref.book.claims"]
+    path = Path(__file__).resolve().parents[2] / "attnref" / "book" / "claims.py"
     spec = importlib.util.spec_from_file_location("attnref_claims_registry", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module          # dataclasses look their module up while being defined
@@ -339,7 +339,7 @@ def render_index(book: Book) -> str:
     """The claims index: every registry ID, chapter by chapter."""
     lines = [
         "Every claim of the book, generated at build time from the claims registry "
-        "(`attnref.claims`) and the verdicts the executed notebooks computed "
+        "(`attnref.book.claims`) and the verdicts the executed notebooks computed "
         f"(the `{registry.METADATA_KEY}` metadata of their outputs). "
         + escape(_counts(book, registry.CLAIMS)),
         "",

@@ -6,10 +6,10 @@
    compared their outputs), one more item of the same notebook, ``seeds[1,2]``, re-runs every
    code cell in the *same* kernel for each listed seed — ``%reset -f`` (the namespace is
    emptied; imported modules stay, so the imports cost nothing the second time), then
-   ``ATTNREF_SEED`` set in the kernel's environment (``attnref.seeding`` reads it at every
+   ``ATTNREF_SEED`` set in the kernel's environment (``attnref.book.seeding`` reads it at every
    draw). Outputs are not compared; every assertion must hold, and every verdict recorded by
    ``claims.record`` must be the one stored in the notebook. A notebook that never read the
-   seed (``attnref.seeding.seed_was_read()`` is false in its kernel after the default run, and
+   seed (``attnref.book.seeding.seed_was_read()`` is false in its kernel after the default run, and
    no code cell names ``ATTNREF_SEED``) cannot depend on it: its sweep is skipped, with that
    reason. A notebook without code cells has no items, so no kernel is started for it.
 3. ``--attnref-longest-first``: files (notebooks and test modules) run longest first, by the
@@ -153,7 +153,7 @@ def add_seed_sweeps(config, items) -> None:
 
 
 # Before each seed: an empty namespace (modules stay imported), the seed in the environment, and
-# figures built but not drawn (plotting code still runs up to attnref.plotting.show, which with
+# figures built but not drawn (plotting code still runs up to attnref.book.plotting.show, which with
 # ATTNREF_FIGURES=off closes the figure undrawn; any other figure is not rasterised either): the
 # stored figures are those of the default seed, drawn by the strict run, and drawing is most of
 # a figure's cost.
@@ -199,10 +199,10 @@ class SeedSweep(pytest.Item):
         return outputs
 
     def _seed_was_read(self, client) -> bool:
-        """Whether the notebook's default-seed run read the seed through attnref.seeding."""
+        """Whether the notebook's default-seed run read the seed through attnref.book.seeding."""
         reply = client.execute_interactive("", store_history=False, allow_stdin=False, timeout=60, user_expressions={
-            "read": "__import__('sys').modules['attnref.seeding'].seed_was_read() "
-                    "if 'attnref.seeding' in __import__('sys').modules else False"})
+            "read": "__import__('sys').modules['attnref.book.seeding'].seed_was_read() "
+                    "if 'attnref.book.seeding' in __import__('sys').modules else False"})
         result = reply["content"].get("user_expressions", {}).get("read", {})
         if result.get("status") != "ok":
             raise SweepFailure(f"could not ask the kernel whether the seed was read: {result}")
@@ -218,7 +218,7 @@ class SeedSweep(pytest.Item):
             self._run(client, "import netguard as _ng\nassert _ng.installed(), 'network guard not installed'\ndel _ng",
                       60, "network guard check in the kernel")
         if not any(SEED_NAME in item.cell.source for item in self.cells) and not self._seed_was_read(client):
-            pytest.skip(f"{self.path.name}: never read ATTNREF_SEED (attnref.seeding), so no result of it depends on the seed")
+            pytest.skip(f"{self.path.name}: never read ATTNREF_SEED (attnref.book.seeding), so no result of it depends on the seed")
         stored = stored_verdicts(cell.cell for cell in self.cells)
         for seed in self.seeds:
             self._run(client, SWEEP_PRELUDE.format(seed=seed), 60, f"seed {seed}: reset")

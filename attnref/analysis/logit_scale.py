@@ -13,7 +13,7 @@ from typing import Sequence
 import torch
 
 from attnref import _validate as check
-from attnref.stats import Estimate
+from attnref.analysis.stats import Estimate
 
 Tensor = torch.Tensor
 
@@ -128,7 +128,7 @@ def loglog_slope_estimate(x: Sequence[float] | Tensor, estimates: Sequence[Estim
         raise ValueError(f"x must be 1-D with one entry per estimate (at least 2), got x of shape "
                          f"{tuple(x.shape)} and {len(estimates)} estimates")
     if not all(isinstance(e, Estimate) for e in estimates):
-        raise ValueError("estimates must be attnref.stats.Estimate objects")
+        raise ValueError("estimates must be attnref.analysis.stats.Estimate objects")
     if (x <= 0).any():
         raise ValueError("x must be positive for a log–log slope")
     if not math.isfinite(power) or power <= 0:

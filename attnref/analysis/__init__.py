@@ -1,0 +1,10 @@
+"""Analysis helpers of the chapters: what the notebooks measure about the reference mechanisms.
+
+``stats``        Monte-Carlo estimates with stated finite-sample or asymptotic bounds
+``symbolic``     sympy helpers (symbol matrices, homogeneity degree, expectations, symbolic softmax)
+``series``       truncated power series in a small parameter (fast, for sympy expansions)
+``lowrank``      exact and numerical ranks, rank modulo row shifts, single-head fits
+``logit_scale``  standardised random components, entropy, softmax Jacobian, slope bands
+``underflow``    the logit gap at which a softmax weight underflows to zero
+``hull``         2-D convex hulls and separating directions
+"""

@@ -1,0 +1,245 @@
+r"""Monte-Carlo estimates with stated bounds: each interval names its bound and failure probability.
+
+Every statistical check of the book is an :class:`Interval` that covers the true value with
+probability at least ``1 − failure_probability`` (at most
+:data:`attnref.book.claims.MAX_FAILURE_PROBABILITY` = 10⁻⁶), by a named bound:
+
+* finite-sample, for bounded samples: :func:`hoeffding_mean`, :func:`empirical_bernstein_mean`;
+* finite-sample, for samples with a known variance bound (heavy tails allowed):
+  :func:`median_of_means`;
+* finite-sample, for a whole distribution: :func:`dkw_distance` (Dvoretzky–Kiefer–Wolfowitz
+  with Massart's constant) for the Kolmogorov–Smirnov distance to a known CDF;
+* exact, for a proportion: :func:`clopper_pearson`;
+* asymptotic, named so in the evidence: :func:`clt_mean`, :func:`clt_variance` (the latter
+  needs a finite fourth moment, which the caller must establish).
+
+The older ``mean_estimate``/``variance_estimate`` (z = 5 CLT bands with a plug-in standard
+error) are asymptotic too; new checks use the functions above.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+import torch
+
+Tensor = torch.Tensor
+
+#: Normal quantile of the bounds: P(|Z| > 5) ≈ 5.7e-7.
+Z_DEFAULT = 5.0
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A Monte-Carlo estimate ``value ± half_width`` from ``samples`` draws."""
+
+    value: float
+    half_width: float
+    samples: int
+    z: float = Z_DEFAULT
+
+    @property
+    def low(self) -> float:
+        return self.value - self.half_width
+
+    @property
+    def high(self) -> float:
+        return self.value + self.half_width
+
+    def contains(self, target: float) -> bool:
+        return self.low <= target <= self.high
+
+    def __str__(self) -> str:
+        return f"{self.value:.4g} ± {self.half_width:.2g} (N = {self.samples}, z = {self.z:g})"
+
+
+def _flat(samples: Tensor) -> Tensor:
+    if not isinstance(samples, torch.Tensor) or samples.dim() != 1:
+        raise ValueError(f"samples must be a 1-D tensor, got {getattr(samples, 'shape', type(samples).__name__)}")
+    if samples.numel() < 2:
+        raise ValueError(f"need at least 2 samples, got {samples.numel()}")
+    return samples.double()
+
+
+def mean_estimate(samples: Tensor, z: float = Z_DEFAULT) -> Estimate:
+    r"""Sample mean with the CLT bound :math:`z\, s / \sqrt N`."""
+    x = _flat(samples)
+    n = x.numel()
+    return Estimate(x.mean().item(), z * x.std(unbiased=True).item() / math.sqrt(n), n, z)
+
+
+def variance_estimate(samples: Tensor, z: float = Z_DEFAULT) -> Estimate:
+    r"""Unbiased sample variance with the bound :math:`z \sqrt{\widehat{\mathrm{Var}}(s^2)}`.
+
+    The standard error of a sample variance depends on the fourth central moment
+    :math:`\mu_4`; exactly, :math:`\mathrm{Var}(s^2) = \big(\mu_4 - \sigma^4 \tfrac{N-3}{N-1}\big)/N`
+    (which stays positive even when :math:`\mu_4 = \sigma^4`, e.g. for ±1 samples).
+    """
+    x = _flat(samples)
+    n = x.numel()
+    centred = x - x.mean()
+    variance = (centred ** 2).sum().item() / (n - 1)
+    fourth = (centred ** 4).mean().item()
+    spread = max(fourth - variance ** 2 * (n - 3) / (n - 1), 0.0)   # exact Var(s²)·N
+    return Estimate(variance, z * math.sqrt(spread / n), n, z)
+
+
+def proportion_estimate(successes: int, trials: int, z: float = Z_DEFAULT) -> Estimate:
+    """A proportion with the Wilson score interval (good near 0 and 1)."""
+    if trials <= 0 or not 0 <= successes <= trials:
+        raise ValueError(f"need 0 ≤ successes ≤ trials and trials > 0, got {successes}/{trials}")
+    p = successes / trials
+    denominator = 1 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denominator
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denominator
+    return Estimate(centre, half, trials, z)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """``estimate`` with an interval ``[low, high]`` that covers the true value with probability at
+    least ``1 − failure_probability``, by the named ``bound`` (see :data:`attnref.book.claims.BOUNDS`)."""
+
+    estimate: float
+    low: float
+    high: float
+    bound: str
+    failure_probability: float
+    samples: int
+
+    @property
+    def half_width(self) -> float:
+        return max(self.estimate - self.low, self.high - self.estimate)
+
+    def contains(self, target: float) -> bool:
+        return self.low <= target <= self.high
+
+    def __str__(self) -> str:
+        return (f"{self.estimate:.4g} in [{self.low:.4g}, {self.high:.4g}] "
+                f"({self.bound}, N = {self.samples}, failure probability {self.failure_probability:.0e})")
+
+
+def _delta(failure_probability: float) -> float:
+    if not 0 < failure_probability < 1:
+        raise ValueError(f"failure_probability must be in (0, 1), got {failure_probability!r}")
+    return float(failure_probability)
+
+
+def _range(samples: Tensor, low: float, high: float) -> None:
+    if not low < high:
+        raise ValueError(f"the range [low, high] must have low < high, got [{low}, {high}]")
+    if samples.min().item() < low or samples.max().item() > high:
+        raise ValueError(f"samples must lie in [{low}, {high}] (the bound needs it), found "
+                         f"[{samples.min().item():.6g}, {samples.max().item():.6g}]")
+
+
+def hoeffding_mean(samples: Tensor, low: float, high: float, failure_probability: float = 1e-7) -> Interval:
+    r"""Hoeffding: for i.i.d. samples in :math:`[a, b]`,
+    :math:`P(|\bar X - \mu| > (b-a)\sqrt{\ln(2/\delta)/2N}) \le \delta`."""
+    x = _flat(samples)
+    delta = _delta(failure_probability)
+    _range(x, low, high)
+    n = x.numel()
+    half = (high - low) * math.sqrt(math.log(2 / delta) / (2 * n))
+    mean = x.mean().item()
+    return Interval(mean, mean - half, mean + half, "Hoeffding", delta, n)
+
+
+def empirical_bernstein_mean(samples: Tensor, low: float, high: float, failure_probability: float = 1e-7) -> Interval:
+    r"""Empirical Bernstein (Maurer & Pontil 2009, Theorem 4, two-sided): for i.i.d. samples in
+    :math:`[a, b]` with sample variance :math:`V`,
+    :math:`|\bar X - \mu| \le \sqrt{2 V \ln(4/\delta)/N} + 7 (b-a) \ln(4/\delta) / (3(N-1))`
+    with probability at least :math:`1 - \delta`. Tighter than Hoeffding when the variance is small."""
+    x = _flat(samples)
+    delta = _delta(failure_probability)
+    _range(x, low, high)
+    n = x.numel()
+    log_term = math.log(4 / delta)
+    variance = x.var(unbiased=True).item()
+    half = math.sqrt(2 * variance * log_term / n) + 7 * (high - low) * log_term / (3 * (n - 1))
+    mean = x.mean().item()
+    return Interval(mean, mean - half, mean + half, "empirical Bernstein", delta, n)
+
+
+def median_of_means(samples: Tensor, variance_bound: float, failure_probability: float = 1e-7) -> Interval:
+    r"""Median of means (Lugosi & Mendelson 2019, Theorem 2): split the N samples into
+    :math:`k = \lceil 8 \ln(1/\delta) \rceil` blocks; if :math:`\mathrm{Var}\,X \le \sigma^2`, the median
+    of the block means is within :math:`\sigma \sqrt{32 \ln(1/\delta) / N}` of the mean with
+    probability at least :math:`1 - \delta`. Needs only a finite variance (heavy tails allowed),
+    but the variance bound must be known (derived), not estimated from the same samples."""
+    x = _flat(samples)
+    delta = _delta(failure_probability)
+    if not (variance_bound > 0 and math.isfinite(variance_bound)):
+        raise ValueError(f"variance_bound must be positive and finite, got {variance_bound!r}")
+    blocks = math.ceil(8 * math.log(1 / delta))
+    n = x.numel()
+    if n < blocks:
+        raise ValueError(f"median of means with failure probability {delta:g} needs at least {blocks} samples, got {n}")
+    usable = (n // blocks) * blocks
+    block_means = x[:usable].reshape(blocks, -1).mean(dim=1)        # (blocks,)
+    estimate = block_means.median().item()
+    half = math.sqrt(variance_bound) * math.sqrt(32 * math.log(1 / delta) / usable)
+    return Interval(estimate, estimate - half, estimate + half, "median of means", delta, usable)
+
+
+def dkw_distance(samples: Tensor, cdf, failure_probability: float = 1e-7) -> tuple[float, float]:
+    r"""The Kolmogorov–Smirnov distance :math:`D = \sup_x |F_N(x) - F(x)|` of the samples to a
+    continuous CDF ``cdf`` (a callable on a float64 tensor), and the DKW bound
+    :math:`\varepsilon = \sqrt{\ln(2/\delta) / 2N}` (Massart 1990): if the samples are i.i.d. with CDF
+    :math:`F`, :math:`P(D > \varepsilon) \le \delta` for every N. Returns ``(D, ε)``."""
+    x = _flat(samples)
+    delta = _delta(failure_probability)
+    n = x.numel()
+    values = torch.as_tensor(cdf(x.sort().values), dtype=torch.float64)   # F at the order statistics
+    ranks = torch.arange(1, n + 1, dtype=torch.float64)
+    distance = torch.maximum(ranks / n - values, values - (ranks - 1) / n).max().item()
+    return distance, math.sqrt(math.log(2 / delta) / (2 * n))
+
+
+def clopper_pearson(successes: int, trials: int, failure_probability: float = 1e-7) -> Interval:
+    """The exact (Clopper–Pearson) interval for a binomial proportion."""
+    from scipy.stats import beta   # lazy: only the proportion checks need scipy
+
+    delta = _delta(failure_probability)
+    if trials <= 0 or not 0 <= successes <= trials:
+        raise ValueError(f"need 0 ≤ successes ≤ trials and trials > 0, got {successes}/{trials}")
+    low = 0.0 if successes == 0 else float(beta.ppf(delta / 2, successes, trials - successes + 1))
+    high = 1.0 if successes == trials else float(beta.ppf(1 - delta / 2, successes + 1, trials - successes))
+    return Interval(successes / trials, low, high, "Clopper–Pearson", delta, trials)
+
+
+def normal_quantile(failure_probability: float) -> float:
+    """The two-sided standard-normal quantile z with P(|Z| > z) = failure_probability."""
+    return statistics.NormalDist().inv_cdf(1 - _delta(failure_probability) / 2)
+
+
+def clt_mean(samples: Tensor, failure_probability: float = 1e-7) -> Interval:
+    """Sample mean ± z·s/√N: asymptotic (the CLT), with a plug-in standard error."""
+    x = _flat(samples)
+    z = normal_quantile(failure_probability)
+    n = x.numel()
+    mean = x.mean().item()
+    half = z * x.std(unbiased=True).item() / math.sqrt(n)
+    return Interval(mean, mean - half, mean + half, "CLT (asymptotic)", failure_probability, n)
+
+
+def clt_variance(samples: Tensor, failure_probability: float = 1e-7) -> Interval:
+    """Unbiased sample variance ± z·√Var(s²) (see :func:`variance_estimate`): asymptotic, and valid
+    only for a law with a finite fourth moment (a heavy-tailed law breaks it)."""
+    estimate = variance_estimate(samples, z=normal_quantile(failure_probability))
+    return Interval(estimate.value, estimate.low, estimate.high, "CLT (asymptotic)", failure_probability, estimate.samples)
+
+
+def loglog_slope(x: Tensor, y: Tensor) -> float:
+    r"""Least-squares slope of :math:`\log y` against :math:`\log x` (the degree of a power law)."""
+    x = torch.as_tensor(x, dtype=torch.float64)
+    y = torch.as_tensor(y, dtype=torch.float64)
+    if x.shape != y.shape or x.dim() != 1 or x.numel() < 2:
+        raise ValueError(f"x and y must be 1-D of the same length ≥ 2, got {tuple(x.shape)} and {tuple(y.shape)}")
+    if (x <= 0).any() or (y <= 0).any():
+        raise ValueError("x and y must be positive for a log–log slope")
+    lx, ly = x.log(), y.log()
+    lx_c = lx - lx.mean()
+    return ((lx_c * (ly - ly.mean())).sum() / (lx_c ** 2).sum()).item()

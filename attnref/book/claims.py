@@ -1,0 +1,515 @@
+"""The claims registry, the evidence a notebook records, and the verdict computed from it.
+
+A notebook never types a verdict. Each check of a claim is recorded as :class:`Check` — a name
+a reader understands, its kind, the measured value, what it is held to, whether it passed, and
+what it bears on — and :meth:`Evidence.verdict` applies one rule to all of them
+(:func:`decide`, the rule of the catalogue's "How a verdict is decided"):
+
+* every check that bears on the claim **as stated** passes (and no counterexample does)
+  → *holds*;
+* a **counterexample** to the claim as stated passes, and every check restricted to the named
+  **conditions** passes → *holds under conditions*; the conditions are the names of those checks'
+  conditions, never a string typed beside the verdict;
+* a counterexample passes and no condition is named → *does not hold*;
+* anything else (a failing check, a counterexample beside a claim that passed as stated, no
+  evidence) → *not established*, which ``make test`` fails on.
+
+A failing check does not raise: the notebook runs to its end and the evidence table shows which
+check moved the verdict. ``assert`` stays for the preconditions of a computation (shapes, a
+solver's convergence), not for the claim.
+
+Use::
+
+    q1 = claims.Evidence("Q1")
+    q1.exact("degree of S in the entries of X (sympy)", q1_degree, 2, kind=claims.SYMBOLIC)
+    q1.at_most("|attnref − torch| of the scores", q1_parity, 1e-12, kind=claims.PARITY)
+    q6.counterexample.at_least("log–log slope, only the query small", slope, 0.9, kind=claims.NUMERICAL)
+    q6.under("both inputs small").close("log–log slope of the query dependence", slope, 3, tol, ...)
+    q1.verdict("sympy finds degree 2 and the measured slope is 2.")   # displays the verdict
+
+The verdict output carries machine-readable metadata (``attnref_verdict``) from which the book
+generates the verdict boxes, the claims index and its tests. This module needs only the standard
+library: the book build loads it by path, without torch.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, field
+from typing import Any
+
+HOLDS = "holds"
+CONDITIONS = "holds under conditions"
+FAILS = "does not hold"
+NOT_ESTABLISHED = "not established"
+#: The verdicts a claim can be expected to have; NOT_ESTABLISHED is never expected.
+VERDICTS = (HOLDS, CONDITIONS, FAILS)
+ALL_VERDICTS = (*VERDICTS, NOT_ESTABLISHED)
+
+# Kinds of check.
+SYMBOLIC = "symbolic"          # a sympy derivation: exact
+NUMERICAL = "numerical"        # a deterministic computation with attnref, held to round-off or a derived bound
+PARITY = "parity"              # attnref against an independent implementation (torch, transformers, a loop)
+STATISTICAL = "statistical"    # a random sample held to a stated bound with a failure probability
+REAL_MODEL = "real model"      # measured on a trained model's weights and activations
+TRAINING = "training"          # a controlled training experiment (chapter 8)
+KINDS = (SYMBOLIC, NUMERICAL, PARITY, STATISTICAL, REAL_MODEL, TRAINING)
+
+# What a check bears on.
+STATED = "claim as stated"
+CONDITION = "under a condition"
+COUNTEREXAMPLE = "counterexample"
+BEARINGS = (STATED, CONDITION, COUNTEREXAMPLE)
+
+# Types of statistical bound, and the largest failure probability a statistical check may have.
+BOUNDS = ("exact", "Hoeffding", "Bernstein", "empirical Bernstein", "DKW", "median of means",
+          "Chebyshev", "Clopper–Pearson", "CLT (asymptotic)", "bootstrap (asymptotic)", "t (asymptotic)")
+MAX_FAILURE_PROBABILITY = 1e-6
+
+#: Metadata key of a verdict output in an executed notebook.
+METADATA_KEY = "attnref_verdict"
+
+
+@dataclass(frozen=True)
+class Chapter:
+    number: int
+    slug: str
+    title: str           # MyST inline markdown (math allowed)
+    notebook: str        # path of the notebook, relative to the repository root, without suffix
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    slug: str
+    chapter: int
+    statement: str   # the claim as people make it, in the book's words
+    expected: str    # the verdict the catalogue expects; the notebook's evidence decides
+
+    @property
+    def label(self) -> str:
+        """The claim's label for cross-references (``{prf:ref}`` and ``{ref}`` targets)."""
+        return self.id.lower()
+
+
+CHAPTERS = {
+    1: Chapter(1, "nonlinearity", "Where the nonlinearity lives", "notebooks/01-nonlinearity"),
+    2: Chapter(2, "linear-layers", "Linear layers in a row?", "notebooks/02-linear-layers"),
+    3: Chapter(3, "attention-vs-linear", "Attention versus a linear layer", "notebooks/03-attention-vs-linear"),
+    4: Chapter(4, "cosine-vs-dot", "Cosine versus dot product, and why $\\sqrt{d_k}$", "notebooks/04-cosine-vs-dot"),
+    5: Chapter(5, "multi-head", "Multi-head attention and the low-rank fused W", "notebooks/05-multi-head"),
+    6: Chapter(6, "trained-model", "The claims on trained Transformers", "notebooks/06-trained-model"),
+    7: Chapter(7, "depth", "Depth: what keeps a stack of attention layers alive", "notebooks/07-depth"),
+    8: Chapter(8, "training", "Does it matter in training?", "notebooks/08-training"),
+}
+
+_C = Claim
+CLAIMS: dict[str, Claim] = {c.id: c for c in [
+    # 1 · Where the nonlinearity lives
+    _C("Q1", "quadratic-scores", 1, "The self-attention scores Q Kᵀ = X W_Q W_Kᵀ Xᵀ are a homogeneous quadratic function of the input X (generically: with a non-zero, non-antisymmetric W_Q W_Kᵀ).", HOLDS),
+    _C("Q2", "self-vs-cross", 1, "Self-attention projects one X into Q and K (not Q = K = X), so its scores are generically not symmetric; cross-attention scores are bilinear, linear in each input separately.", HOLDS),
+    _C("Q3", "softmax-nonlinear", 1, "Softmax is nonlinear (neither additive nor homogeneous) yet shift invariant; its Jacobian is diag(p) − p pᵀ of rank n − 1.", HOLDS),
+    _C("Q4", "output-nonlinear", 1, "The attention output is nonlinear in X; even without softmax it is a homogeneous cubic.", HOLDS),
+    _C("Q5", "ffn", 1, "The position-wise FFN is the explicit activation after attention; with ReLU it is piecewise linear, with GELU smooth.", HOLDS),
+    _C("Q6", "additive-attention", 1, "In additive attention the query's term cancels in the softmax to first order, so the tanh is what makes the weights depend on the query.", CONDITIONS),
+    _C("Q7", "gat-static", 1, "GAT's LeakyReLU keeps the query term from cancelling, but every node ranks its neighbours the same way (static attention).", HOLDS),
+    # 2 · Linear layers in a row
+    _C("L1", "linear-collapse", 2, "Two linear maps with nothing between them collapse into one matrix of rank at most the smaller inner width — in every attention layer, W_V^i W_O^i is such a pair.", HOLDS),
+    _C("L2", "layernorm-nonlinear", 2, "Between the attention output projection and the FFN there are only linear layers in a row.", FAILS),
+    _C("L3", "post-ln-block", 2, "A post-LN block is y = LN(x + MHA(x)), z = LN(y + FFN(y)), as in torch's TransformerEncoderLayer.", HOLDS),
+    _C("L4", "random-cosine", 2, "Independent random vectors in d dimensions are nearly orthogonal: E[cos²] = 1/d.", HOLDS),
+    _C("L5", "parameter-free", 2, "Self-attention has no parameters.", CONDITIONS),
+    _C("L6", "no-zero-weights", 2, "Attention weights of dissimilar tokens become zero or negative.", FAILS),
+    # 3 · Attention versus a linear layer
+    _C("M1", "input-dependent-weights", 3, "Attention and a linear layer both output weighted sums, but attention's weights depend on the input.", HOLDS),
+    _C("M2", "position-wise", 3, "A linear layer applied to every token is a kernel-size-1 convolution; a window over tokens is a wider one.", HOLDS),
+    _C("M3", "any-length", 3, "The same attention parameters process sequences of any length; a linear layer over the flattened sequence cannot.", HOLDS),
+    _C("M4", "permutation-equivariance", 3, "Without positional information self-attention is permutation equivariant.", HOLDS),
+    _C("M5", "resolution-of-identity", 3, "Pairwise orthogonal word vectors satisfy Σᵢ |φᵢ⟩⟨φᵢ| = I.", CONDITIONS),
+    _C("M6", "braket-attention", 3, "In bra-ket (softmax-free) attention a token unrelated to the others is mapped to itself.", FAILS),
+    _C("M7", "convex-hull", 3, "Softmax attention outputs lie in the convex hull of the value vectors.", HOLDS),
+    # 4 · Cosine versus dot product
+    _C("C1", "cosine-scale-invariance", 4, "Cosine similarity ignores the scale of its arguments: cos(αa, βb) = sign(αβ) cos(a, b).", HOLDS),
+    _C("C2", "cosine-vs-dot-factor", 4, "Cosine attention is dot-product attention with each score divided by the key norm only.", CONDITIONS),
+    _C("C3", "variance-dk", 4, "For q, k with independent zero-mean unit-variance components, q·k has mean 0 and variance d_k.", CONDITIONS),
+    _C("C4", "scaling-saturation", 4, "Without the 1/√d_k factor softmax saturates as d_k grows: its entropy falls and its typical (median) Jacobian norm vanishes.", HOLDS),
+    _C("C5", "cosine-bounded", 4, "Cosine attention cannot be sharp: with n keys its largest weight is at most e²/(e² + n − 1).", HOLDS),
+    _C("C6", "layernorm-norm", 4, "After LayerNorm all vectors have the same norm, so dot product and cosine agree up to a factor.", CONDITIONS),
+    _C("C7", "magnitude-relevance", 4, "A dot-product score can encode a per-key prior (through the key's norm, or an additive bias b_j); cosine cannot.", HOLDS),
+    _C("C8", "other-scalings", 4, "1/√d_k is the right logit scaling for any queries and keys.", CONDITIONS),
+    # 5 · Multi-head attention and the fused W
+    _C("H1", "fused-bilinear", 5, "Per head, (Q W_i^Q)(K W_i^K)ᵀ = Q W_i Kᵀ with one fused matrix W_i = W_i^Q W_i^Kᵀ.", HOLDS),
+    _C("H2", "low-rank", 5, "The fused matrix W_i has rank at most d_k (exactly d_k generically).", HOLDS),
+    _C("H3", "parameter-count", 5, "The factored form stores 2·d·d_k parameters per head instead of d².", HOLDS),
+    _C("H4", "flop-count", 5, "Computing the scores through the fused d × d matrix would be cheaper than through the factors.", CONDITIONS),
+    _C("H5", "fused-projections", 5, "Per-head projections and one packed d × d projection reshaped into heads compute the same thing.", HOLDS),
+    _C("H6", "gauge-freedom", 5, "The factors of W_i are determined only up to an invertible d_k × d_k matrix.", HOLDS),
+    _C("H7", "low-rank-bottleneck", 5, "One head's n × n logit matrix (equivalently its row-centred log-weights) has rank at most d_k, so some patterns are out of reach when d_k < n.", HOLDS),
+    _C("H8", "rope-no-single-w", 5, "With rotary positions there is no single fused W per head: the scores use W_Q R_{j−i} W_Kᵀ, depend on positions only through j − i, and the gauge freedom shrinks to matrices commuting with the rotations.", HOLDS),
+    # 7 · Depth
+    _C("D1", "rank-collapse", 7, "A stack of self-attention layers drives the tokens to one shared vector (rank collapse), doubly exponentially in depth.", CONDITIONS),
+    _C("D2", "pre-ln-identity-path", 7, "The pre-LN block x + F(LN(x)) is the pre-activation ResNet: at initialisation its per-layer gradients are nearly uniform and shrink like 1/√L, while post-LN's grow toward the output.", HOLDS),
+    _C("D3", "relu-after-residual", 7, "An activation after the residual sum, ReLU(x + F(x)), removes the identity path: the input–output Jacobian loses directions and the tokens drift together with depth.", HOLDS),
+    # 8 · Training experiments
+    _C("E1", "activation-after-projections", 8, "A nonlinearity after the Q, K, V projections adds much-needed expressiveness.", FAILS),
+    _C("E2", "activation-after-residual", 8, "An activation after Add & Norm, as in ResNets, would help a Transformer train.", FAILS),
+    _C("E3", "attention-vs-mlp", 8, "Attention brings context and handles any length; a per-token or flattened linear layer cannot.", HOLDS),
+    _C("E4", "cosine-vs-dot", 8, "Cosine scores would work as well as scaled dot products.", CONDITIONS),
+    _C("E5", "fused-vs-factored", 8, "One full d × d matrix per head would train better than the factors W_Q, W_K.", FAILS),
+]}
+
+#: The trained models the claims are rechecked on (chapter 6), by name.
+MODELS = {
+    "all-MiniLM-L6-v2": "a post-LN encoder, fine-tuned contrastively (sentence-transformers)",
+    "SmolLM2-135M-Instruct": "a pre-norm, causal, rotary decoder with grouped-query attention (4-bit GGUF)",
+}
+
+#: The verdict each recheck on a trained model is expected to give: {(claim ID, model): verdict}.
+#: As for the claims, the evidence decides; a difference fails ``make test`` until this table
+#: (and the text) says why.
+RECHECKS: dict[tuple[str, str], str] = {
+    ("H2", "all-MiniLM-L6-v2"): HOLDS,
+    ("C3", "all-MiniLM-L6-v2"): FAILS,
+    ("C6", "all-MiniLM-L6-v2"): FAILS,
+    ("C2", "all-MiniLM-L6-v2"): CONDITIONS,
+}
+
+
+def claim(claim_id: str) -> Claim:
+    """The registry entry of ``claim_id`` (``ValueError`` for an unknown ID)."""
+    if claim_id not in CLAIMS:
+        raise ValueError(f"unknown claim ID {claim_id!r}; known IDs: {', '.join(CLAIMS)}")
+    return CLAIMS[claim_id]
+
+
+def expected_verdict(claim_id: str, model: str | None = None) -> str:
+    """The catalogue's expected verdict for a claim, or for its recheck on ``model``."""
+    if model is None:
+        return claim(claim_id).expected
+    if (claim_id, model) not in RECHECKS:
+        raise ValueError(f"no expected verdict for the recheck of {claim_id} on {model!r}: add it to RECHECKS")
+    return RECHECKS[(claim_id, model)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks
+# ---------------------------------------------------------------------------------------------
+
+def _number(value: Any) -> float | int | bool | str | None:
+    """A JSON-friendly scalar from a Python, numpy, torch or sympy scalar (or a one-element array)."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    item = getattr(value, "item", None)
+    if callable(item):
+        try:
+            value = item()
+        except (ValueError, RuntimeError, TypeError):
+            return str(value)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if getattr(value, "is_Integer", False):        # sympy
+        return int(value)
+    if getattr(value, "is_Number", False):
+        return float(value)
+    return str(value)
+
+
+def _boolean(name: str, value: Any) -> bool:
+    """A computed boolean (Python, numpy or torch, one element) → bool; anything else is an error."""
+    if isinstance(value, bool):
+        return value
+    dtype = str(getattr(value, "dtype", ""))
+    numel = value.numel() if callable(getattr(value, "numel", None)) else getattr(value, "size", None)
+    if "bool" in dtype and numel == 1:
+        return bool(value)
+    raise ValueError(f"{name} must be a computed boolean, got {type(value).__name__}")
+
+
+SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def format_value(value: Any, digits: int = 3) -> str:
+    """A measured value as the evidence table shows it: integers exactly, floats to ``digits``
+    significant digits (stored outputs must not depend on the last bits of a float)."""
+    value = _number(value)
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}".replace(",", " ") if abs(value) >= 10_000 else str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "∞" if value > 0 else "−∞"
+        if value == 0:
+            return "0"
+        if value == int(value) and abs(value) < 1e6:
+            return str(int(value))
+        text = f"{value:.{digits}g}"
+        if "e" in text:
+            mantissa, exponent = text.split("e")
+            exponent = int(exponent)
+            power = "10" + str(exponent).translate(SUPERSCRIPT)
+            text = power if mantissa in ("1", "1.0") else f"{mantissa}·{power}"
+        return text.replace("-", "−")
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One recorded check of a claim."""
+
+    name: str                        # what was checked, for a reader
+    kind: str                        # one of KINDS
+    measured: str                    # the measured value, formatted
+    held_to: str                     # the tolerance, bound or expected value, formatted
+    passed: bool
+    bears_on: str = STATED           # one of BEARINGS
+    condition: str | None = None     # the named condition, for bears_on == CONDITION
+    bound: str | None = None         # statistical checks: one of BOUNDS
+    failure_probability: float | None = None   # statistical checks: P(the check fails though the claim holds)
+    value: float | int | bool | str | None = None   # the measured value, unformatted (tests, figures)
+
+    def as_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items()}
+
+
+class _Recorder:
+    """Adds checks to an :class:`Evidence` with a fixed bearing (and condition)."""
+
+    def __init__(self, evidence: "Evidence", bears_on: str, condition: str | None = None):
+        self._evidence = evidence
+        self._bears_on = bears_on
+        self._condition = condition
+
+    # The general form --------------------------------------------------------------------
+    def check(self, name: str, passed: Any, *, kind: str, measured: Any = None, held_to: str = "",
+              bound: str | None = None, failure_probability: float | None = None, digits: int = 3) -> bool:
+        """Record a check whose outcome ``passed`` was computed by the caller; returns it."""
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"name must be a non-empty string, got {name!r}")
+        passed = _boolean("passed", passed)
+        if kind == STATISTICAL:
+            if bound not in BOUNDS:
+                raise ValueError(f"{name}: a statistical check names its bound, one of {BOUNDS}; got {bound!r}")
+            if failure_probability is None or not 0 <= failure_probability <= MAX_FAILURE_PROBABILITY:
+                raise ValueError(f"{name}: a statistical check states a failure probability in "
+                                 f"[0, {MAX_FAILURE_PROBABILITY:g}], got {failure_probability!r}")
+        elif bound is not None and bound not in BOUNDS:
+            raise ValueError(f"{name}: bound must be one of {BOUNDS}, got {bound!r}")
+        text = measured if isinstance(measured, str) else format_value(measured, digits)
+        value = _number(measured)
+        if isinstance(value, float) and not math.isfinite(value):
+            value = str(value)
+        entry = Check(name=name, kind=kind, measured=text, held_to=held_to, passed=passed,
+                      bears_on=self._bears_on, condition=self._condition, bound=bound,
+                      failure_probability=failure_probability, value=value)
+        self._evidence._add(entry)
+        return passed
+
+    # Shorthands ---------------------------------------------------------------------------
+    def exact(self, name: str, measured: Any, expected: Any, *, kind: str, digits: int = 3) -> bool:
+        """``measured == expected`` exactly (integers, ranks, sympy results, booleans)."""
+        if hasattr(measured, "equals") and not isinstance(measured, (str, bytes)) and not hasattr(measured, "numel"):
+            passed = measured == expected          # sympy: structural equality after simplification
+        else:
+            passed = _number(measured) == _number(expected)
+        return self.check(name, bool(passed), kind=kind, measured=measured,
+                          held_to=f"= {format_value(expected, digits)}", digits=digits)
+
+    def close(self, name: str, measured: Any, target: Any, tol: Any, *, kind: str, digits: int = 3,
+              **statistical: Any) -> bool:
+        """``|measured − target| ≤ tol``. A statistical check passes ``bound=`` and
+        ``failure_probability=`` (the tolerance is then that bound's half-width)."""
+        m, t, e = float(_number(measured)), float(_number(target)), float(_number(tol))
+        passed = math.isfinite(m) and abs(m - t) <= e
+        return self.check(name, passed, kind=kind, measured=m, digits=digits + 3,
+                          held_to=f"{format_value(t, digits + 3)} ± {format_value(e, 2)}", **statistical)
+
+    def at_most(self, name: str, measured: Any, bound: Any, *, kind: str, digits: int = 3, **statistical: Any) -> bool:
+        """``measured ≤ bound`` (an error, a distance, a residual …)."""
+        m, b = float(_number(measured)), float(_number(bound))
+        passed = not math.isnan(m) and m <= b
+        return self.check(name, passed, kind=kind, measured=m, held_to=f"≤ {format_value(b, digits)}",
+                          digits=digits, **statistical)
+
+    def at_least(self, name: str, measured: Any, bound: Any, *, kind: str, digits: int = 3, **statistical: Any) -> bool:
+        """``measured ≥ bound``."""
+        m, b = float(_number(measured)), float(_number(bound))
+        passed = not math.isnan(m) and m >= b
+        return self.check(name, passed, kind=kind, measured=m, held_to=f"≥ {format_value(b, digits)}",
+                          digits=digits, **statistical)
+
+    def true(self, name: str, passed: Any, *, kind: str, measured: Any = None, held_to: str = "true") -> bool:
+        """A computed boolean (a set equality, a ranking agreement …), with what it measured."""
+        passed = _boolean("passed", passed)
+        return self.check(name, passed, kind=kind, measured=passed if measured is None else measured, held_to=held_to)
+
+    def within(self, name: str, target: Any, interval: Any, *, digits: int = 3) -> bool:
+        """A statistical check: ``target`` (the value the claim predicts) lies in ``interval``, an
+        :class:`attnref.analysis.stats.Interval` (estimate, low, high, bound, failure probability)."""
+        t = float(_number(target))
+        low, high = float(interval.low), float(interval.high)
+        passed = low <= t <= high
+        measured = f"{format_value(interval.estimate, digits)} [{format_value(low, digits)}, {format_value(high, digits)}]"
+        return self.check(name, passed, kind=STATISTICAL, measured=measured,
+                          held_to=f"∋ {format_value(t, digits + 2)}", bound=interval.bound,
+                          failure_probability=interval.failure_probability)
+
+    def beyond(self, name: str, value: Any, interval: Any, *, side: str = "both", digits: int = 3) -> bool:
+        """A statistical check that a value is excluded: ``value`` lies outside ``interval``
+        (``side="below"``: the interval lies wholly above the value; ``"above"``: wholly below)."""
+        v = float(_number(value))
+        low, high = float(interval.low), float(interval.high)
+        passed = {"both": not (low <= v <= high), "below": v < low, "above": v > high}[side]
+        measured = f"{format_value(interval.estimate, digits)} [{format_value(low, digits)}, {format_value(high, digits)}]"
+        relation = {"both": "∌", "below": "above", "above": "below"}[side]
+        return self.check(name, passed, kind=STATISTICAL, measured=measured,
+                          held_to=f"{relation} {format_value(v, digits + 2)}", bound=interval.bound,
+                          failure_probability=interval.failure_probability)
+
+
+class Evidence(_Recorder):
+    """The checks of one claim (or of one recheck on a trained model), and its verdict.
+
+    ``Evidence("Q1")`` collects checks of the claim as stated (the methods of
+    :class:`_Recorder`); ``.counterexample`` and ``.under("condition")`` record the others.
+    ``model="all-MiniLM-L6-v2"`` makes it a recheck of the claim on that trained model.
+    """
+
+    def __init__(self, claim_id: str, model: str | None = None):
+        self.claim = claim(claim_id)
+        if model is not None and model not in MODELS:
+            raise ValueError(f"unknown model {model!r}; known: {', '.join(MODELS)}")
+        self.model = model
+        self.checks: list[Check] = []
+        super().__init__(self, STATED)
+
+    def _add(self, entry: Check) -> None:
+        if any(c.name == entry.name and c.condition == entry.condition for c in self.checks):
+            raise ValueError(f"{self.claim.id}: a check named {entry.name!r} is already recorded")
+        self.checks.append(entry)
+
+    @property
+    def counterexample(self) -> _Recorder:
+        """Records checks that exhibit a counterexample to the claim as stated."""
+        return _Recorder(self, COUNTEREXAMPLE)
+
+    def under(self, condition: str) -> _Recorder:
+        """Records checks of the claim restricted to a named condition."""
+        if not isinstance(condition, str) or not condition.strip():
+            raise ValueError(f"condition must be a non-empty string, got {condition!r}")
+        return _Recorder(self, CONDITION, condition)
+
+    def verdict(self, reason: str) -> "Verdict":
+        """The verdict by the rule, displayed with ``reason`` (one sentence, MyST inline markdown,
+        numbers formatted from variables) and the evidence table."""
+        if not isinstance(reason, str) or not reason.strip():
+            raise ValueError("reason must be a non-empty sentence")
+        return Verdict(self.claim, self.model, decide(self.checks), " ".join(reason.split()), tuple(self.checks))
+
+
+def decide(checks) -> str:
+    """The rule: recorded checks → one of :data:`ALL_VERDICTS` (see the module docstring)."""
+    checks = list(checks)
+    stated = [c for c in checks if c.bears_on == STATED]
+    conditioned = [c for c in checks if c.bears_on == CONDITION]
+    counter = [c for c in checks if c.bears_on == COUNTEREXAMPLE]
+    if not checks:
+        return NOT_ESTABLISHED
+    if any(c.passed for c in counter):
+        if stated and all(c.passed for c in stated):
+            return NOT_ESTABLISHED          # the claim held as stated and was refuted: contradictory
+        if not conditioned:
+            return FAILS
+        return CONDITIONS if all(c.passed for c in conditioned) else NOT_ESTABLISHED
+    if stated and all(c.passed for c in stated) and all(c.passed for c in conditioned):
+        return HOLDS
+    return NOT_ESTABLISHED
+
+
+def conditions_of(checks) -> list[str]:
+    """The named conditions, in the order the checks name them."""
+    return list(dict.fromkeys(c.condition for c in checks if c.bears_on == CONDITION and c.condition))
+
+
+def deciding(checks, verdict: str) -> list[Check]:
+    """The checks that moved the verdict: the counterexamples that passed (does not hold, holds
+    under conditions), the failing checks (not established), else every check of the claim as stated."""
+    checks = list(checks)
+    if verdict == NOT_ESTABLISHED:
+        return [c for c in checks if not c.passed] or checks
+    if verdict in (FAILS, CONDITIONS):
+        return [c for c in checks if c.bears_on == COUNTEREXAMPLE and c.passed]
+    return [c for c in checks if c.bears_on == STATED]
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def evidence_table(checks) -> str:
+    """The evidence as a markdown table: check · kind · measured · held to · passed."""
+    lines = ["| Check | Kind | Measured | Held to | Passed |", "| :--- | :--- | ---: | :--- | :---: |"]
+    for c in checks:
+        name = c.name
+        if c.bears_on == COUNTEREXAMPLE:
+            name = f"*counterexample:* {name}"
+        elif c.bears_on == CONDITION:
+            name = f"*if {c.condition}:* {name}"
+        kind = c.kind if c.kind != STATISTICAL else f"statistical ({c.bound}, failure prob. ≤ {format_value(c.failure_probability, 1)})"
+        lines.append(f"| {_cell(name)} | {_cell(kind)} | {_cell(c.measured)} | {_cell(c.held_to)} | {'✓' if c.passed else '✗'} |")
+    return "\n".join(lines)
+
+
+@dataclass
+class Verdict:
+    """A computed verdict; displays itself (verdict, reason, evidence) and carries the metadata
+    the book's verdict boxes and claims index are generated from."""
+
+    claim: Claim
+    model: str | None
+    verdict: str
+    reason: str
+    checks: tuple[Check, ...]
+    metadata: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.metadata = {
+            "id": self.claim.id, "chapter": self.claim.chapter if self.model is None else 6,
+            "model": self.model, "real_model": self.model is not None,
+            "verdict": self.verdict, "expected": expected_verdict(self.claim.id, self.model)
+            if self.model is None or (self.claim.id, self.model) in RECHECKS else None,
+            "reason": self.reason, "conditions": conditions_of(self.checks),
+            "kinds": list(dict.fromkeys(c.kind for c in self.checks)),
+            "checks": [c.as_dict() for c in self.checks],
+        }
+
+    @property
+    def conditions(self) -> list[str]:
+        return conditions_of(self.checks)
+
+    @property
+    def failing(self) -> list[Check]:
+        return [c for c in self.checks if not c.passed]
+
+    def markdown(self) -> str:
+        where = f" on {self.model}" if self.model else ""
+        text = f"**{self.claim.id}{where}: {self.verdict}.**"
+        if self.conditions:
+            text += " *Conditions:* " + "; ".join(self.conditions) + "."
+        return text + f" {self.reason}\n\n" + evidence_table(self.checks)
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        where = f" on {self.model}" if self.model else ""
+        plain = f"{self.claim.id}{where}: {self.verdict} ({sum(c.passed for c in self.checks)}/{len(self.checks)} checks passed)"
+        return {"text/markdown": self.markdown(), "text/plain": plain}, {METADATA_KEY: self.metadata}
