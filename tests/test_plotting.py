@@ -1,4 +1,5 @@
-"""The book's figure output: a small, deterministic 2× PNG with the usual plain-text repr."""
+"""The book's figure output: a small, deterministic 2× PNG with the usual plain-text repr,
+one display width, no fixed height, text ≥ 9 pt, titles that fit."""
 
 from __future__ import annotations
 
@@ -40,23 +41,25 @@ def _draws_during_show(monkeypatch, figures: str | None) -> tuple[int, str]:
     draws = []
     fig.canvas.mpl_connect("draw_event", draws.append)
     shown = []
-    monkeypatch.setattr("IPython.display.display", lambda bundle, **kwargs: shown.append(bundle))
+    monkeypatch.setattr("IPython.display.display", lambda bundle, **kwargs: shown.append((bundle, kwargs)))
     plotting.show(fig)
     assert not plotting.plt.fignum_exists(fig.number)            # closed either way
-    (bundle,) = shown
+    ((bundle, kwargs),) = shown
+    if "image/png" in bundle:                                    # a width for the page, never a height
+        assert kwargs["metadata"] == {"image/png": {"width": 700}}
     return len(draws), bundle
 
 
 def test_show_draws_the_figure_by_default(monkeypatch):
     draws, bundle = _draws_during_show(monkeypatch, None)
     assert draws == 1 and set(bundle) == {"image/png", "text/plain"}     # one draw, not savefig's two
-    assert bundle["text/plain"].startswith("<Figure size 640x360 with 1 Axes>")
+    assert bundle["text/plain"].startswith("<Figure size 700x390 with 1 Axes>")
 
 
 def test_show_with_figures_off_does_not_draw(monkeypatch):
     draws, bundle = _draws_during_show(monkeypatch, "off")
     assert draws == 0 and set(bundle) == {"text/plain"}
-    assert bundle["text/plain"].startswith("<Figure size 640x360 with 1 Axes>")
+    assert bundle["text/plain"].startswith("<Figure size 700x390 with 1 Axes>")
 
 
 def test_png_bytes_has_the_pixels_of_savefig_at_twice_the_dpi():
@@ -64,7 +67,8 @@ def test_png_bytes_has_the_pixels_of_savefig_at_twice_the_dpi():
     left.plot([0, 1, 2], [1, 10, 100], label=r"$\sqrt{d_k}$")
     left.set_yscale("log")
     left.legend()
-    right.imshow([[0.0, 1.0], [0.5, 0.25]])
+    # aspect="auto": a fixed-aspect image needs a second layout pass, which savefig's extra draw gives
+    right.imshow([[0.0, 1.0], [0.5, 0.25]], aspect="auto")
     right.set_title("weights")
     rendered = io.BytesIO()
     fig.savefig(rendered, format="png", dpi=2 * fig.dpi, facecolor="white")
@@ -72,4 +76,52 @@ def test_png_bytes_has_the_pixels_of_savefig_at_twice_the_dpi():
     data, _, _ = plotting.png_bytes(fig)
     assert Image.open(io.BytesIO(data)).convert("RGB").tobytes() == expected.quantize(
         colors=plotting.PNG_COLOURS, method=Image.Quantize.MAXCOVERAGE, dither=Image.Dither.NONE).convert("RGB").tobytes()
+    plotting.plt.close(fig)
+
+
+def test_every_figure_has_one_display_width_and_keeps_the_requested_aspect():
+    for kwargs in ({}, {"ncols": 2}, {"ncols": 3, "width": 10, "height": 3.4}, {"nrows": 2, "height": 4.8}):
+        fig, _ = plotting.figure(**kwargs)
+        assert fig.get_figwidth() == plotting.DISPLAY_WIDTH
+        if "width" in kwargs:
+            assert abs(fig.get_figheight() - 3.4 * 7 / 10) < 1e-12
+        elif "height" in kwargs:
+            assert fig.get_figheight() == 4.8
+        plotting.plt.close(fig)
+
+
+def test_no_text_below_nine_points_at_display_width():
+    plotting.use_book_style()
+    rc = plotting.plt.rcParams
+    sizes = {key: rc[key] for key in ("font.size", "axes.titlesize", "axes.labelsize", "xtick.labelsize",
+                                      "ytick.labelsize", "legend.fontsize", "figure.titlesize")}
+    resolved = {key: (plotting.matplotlib.font_manager.font_scalings.get(value, 1) * rc["font.size"]
+                      if isinstance(value, str) else value) for key, value in sizes.items()}
+    assert min(resolved.values()) >= 9, resolved
+    # Shown at its display width (700 px on the page), a 9 pt glyph of the figure stays 9 pt:
+    assert plotting.DISPLAY_WIDTH * rc["figure.dpi"] == 700
+
+
+def test_long_titles_are_wrapped_and_nothing_is_clipped():
+    fig, axes = plotting.figure(ncols=3, width=10, height=3.4)
+    fig.suptitle("Q4: slopes 1, 2, 3 for projections, scores, softmax-free output; the softmax output "
+                 "has none at all, whatever the width")
+    for ax in axes:
+        ax.plot([0, 1], [0, 1], label="a long legend entry")
+        ax.set_title(r"H7 · rank of the centred log-weights above $\sqrt{d_k}$ per head")
+        ax.set_xlabel("sequence length $n$")
+    plotting.fit_titles(fig)
+    assert "\n" in fig._suptitle.get_text() and all("\n" in ax.get_title() for ax in axes)
+    assert "$\\sqrt{d_k}$" in axes[0].get_title()                # math never split
+    plotting.png_bytes(fig)
+    assert plotting.clipped_texts(fig) == []
+    plotting.plt.close(fig)
+
+
+def test_clipped_text_is_reported():
+    fig, ax = plotting.figure()
+    ax.plot([0, 1], [0, 1])
+    ax.set_title("x" * 400)                                     # one word: cannot be wrapped
+    plotting.png_bytes(fig)
+    assert plotting.clipped_texts(fig) == ["x" * 400]
     plotting.plt.close(fig)

@@ -4,6 +4,13 @@ Figures are PNG at 2× resolution on a solid white background (readable in the s
 mode too), with a colour-blind-safe palette. Use :func:`figure` to make one and :func:`show`
 to display and close it, so no cell ends with an expression whose repr holds an address.
 
+Every figure of the book has one width, :data:`DISPLAY_WIDTH` inches (700 px on the page at
+100 dpi), and is published with that width and no height, so the page scales it with its aspect
+ratio kept (the site's CSS: ``max-width: 100%; height: auto``). Fonts are sized for that width:
+no text is below 9 pt where the page shows the figure at its full width. Long titles are wrapped
+to their axes (or to the figure, for a suptitle) before drawing; constrained layout makes room
+for them. :func:`show` warns about any title, label or legend still outside the figure.
+
 With ``ATTNREF_FIGURES=off`` in the environment, :func:`show` closes figures without drawing
 them: the seed re-runs of ``make test`` (assertions only) use it, since drawing is most of a
 figure's cost and the stored figures are those of the default seed.
@@ -12,6 +19,8 @@ figure's cost and the stored figures are those of the default seed.
 from __future__ import annotations
 
 import os
+import re
+import warnings
 
 import matplotlib
 
@@ -23,7 +32,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
 
 STYLE = {
-    "figure.figsize": (6.4, 3.6),
+    "figure.figsize": (7.0, 3.9),
     "figure.dpi": 100,
     "figure.facecolor": "white",
     "axes.facecolor": "white",
@@ -34,7 +43,16 @@ STYLE = {
     "grid.alpha": 0.3,
     "axes.spines.top": False,
     "axes.spines.right": False,
+    # Text sizes for a figure shown at DISPLAY_WIDTH: nothing under 9 pt on the page.
     "font.size": 10,
+    "axes.titlesize": 10.5,
+    "axes.labelsize": 10,
+    "xtick.labelsize": 9,
+    "ytick.labelsize": 9,
+    "legend.fontsize": 9,
+    "legend.title_fontsize": 9,
+    "figure.titlesize": 11,
+    "figure.labelsize": 10,
     "legend.frameon": False,
     "svg.hashsalt": "attnref",
     "image.cmap": "viridis",
@@ -51,15 +69,122 @@ def use_book_style() -> None:
     set_matplotlib_formats("retina")
 
 
+#: The width of every figure, in inches: 700 px on the page at ``figure.dpi`` = 100.
+DISPLAY_WIDTH = 7.0
+#: Default height of one row of axes, in inches: one panel, and two or more panels side by side.
+ROW_HEIGHT = {1: 3.9, 2: 3.3}
+
+
 def figure(ncols: int = 1, nrows: int = 1, width: float | None = None, height: float | None = None,
            **subplots_kw):
-    """A figure with ``nrows × ncols`` axes in the book's style; returns ``(fig, axes)``."""
+    """A figure with ``nrows × ncols`` axes in the book's style; returns ``(fig, axes)``.
+
+    The figure is always :data:`DISPLAY_WIDTH` inches wide (one display width for the whole book,
+    so its text has the same size on the page as in every other figure). ``height`` is in inches;
+    when ``width`` is given too, the pair only sets the aspect ratio (the height is scaled by
+    ``DISPLAY_WIDTH / width``). Without a height, each row of axes gets :data:`ROW_HEIGHT`.
+    """
     use_book_style()
-    default_w, default_h = STYLE["figure.figsize"]
-    size = (width or default_w * min(ncols, 2) / (1 if ncols == 1 else 1.25),
-            height or default_h * nrows)
+    if height is None:
+        height = ROW_HEIGHT[min(ncols, 2)] * nrows
+    elif width is not None:
+        height = height * DISPLAY_WIDTH / width
     subplots_kw.setdefault("layout", "constrained")
-    return plt.subplots(nrows, ncols, figsize=size, **subplots_kw)
+    return plt.subplots(nrows, ncols, figsize=(DISPLAY_WIDTH, height), **subplots_kw)
+
+
+_MATH = re.compile(r"(\$[^$]*\$)")
+
+
+def _visible_length(text: str) -> float:
+    """Rough printed length of ``text`` in characters (mathtext counts by its visible glyphs)."""
+    length = 0.0
+    for part in _MATH.split(text):
+        if part.startswith("$") and part.endswith("$") and len(part) > 1:
+            body = re.sub(r"\\[A-Za-z]+", "x", part[1:-1])        # \sqrt, \alpha: about one glyph
+            length += len(re.sub(r"[{}_^ ]", "", body)) * 0.9
+        else:
+            length += len(part)
+    return length
+
+
+def _wrap(text: str, max_chars: float) -> str:
+    """``text`` broken at spaces (never inside ``$…$``) into lines of at most ``max_chars``."""
+    if "\n" in text or _visible_length(text) <= max_chars:
+        return text
+    words, inside = [], False
+    for token in text.split(" "):               # re-join the words of a $…$ span
+        if inside:
+            words[-1] += " " + token
+        else:
+            words.append(token)
+        if token.count("$") % 2:
+            inside = not inside
+    lines, line = [], ""
+    for word in words:
+        candidate = f"{line} {word}" if line else word
+        if line and _visible_length(candidate) > max_chars:
+            lines.append(line)
+            line = word
+        else:
+            line = candidate
+    lines.append(line)
+    return "\n".join(lines)
+
+
+#: Average glyph width of the book's sans-serif font, as a fraction of the font size.
+_GLYPH_WIDTH = 0.56
+
+
+def fit_titles(fig) -> None:
+    """Wrap the suptitle and every axes title to the width they have (no drawing needed)."""
+    width_pt = fig.get_figwidth() * 72
+    suptitle = fig._suptitle
+    if suptitle is not None and suptitle.get_text():
+        size = suptitle.get_fontsize()
+        suptitle.set_text(_wrap(suptitle.get_text(), 0.95 * width_pt / (_GLYPH_WIDTH * size)))
+    for ax in fig.axes:
+        spec = ax.get_subplotspec()
+        share = 1.0
+        if spec is not None:
+            gridspec = spec.get_gridspec()
+            ratios = gridspec.get_width_ratios() or [1] * gridspec.ncols
+            share = sum(ratios[spec.colspan.start:spec.colspan.stop]) / sum(ratios)
+        available = 0.9 * width_pt * share
+        for title in (ax.title, ax._left_title, ax._right_title):
+            if title.get_text():
+                title.set_text(_wrap(title.get_text(), available / (_GLYPH_WIDTH * title.get_fontsize())))
+
+
+def clipped_texts(fig) -> list[str]:
+    """Titles, axis labels and legends that reach outside the figure, as :func:`png_bytes` drew it.
+
+    :func:`png_bytes` measures them right after its drawing, at the dpi it drew at (axis labels
+    are placed in pixels of that drawing), and keeps the list on the figure.
+    """
+    return list(getattr(fig, "_attnref_clipped", []))
+
+
+def _measure_clipped_texts(fig) -> list[str]:
+    renderer = fig.canvas.get_renderer()
+    box = fig.bbox
+    artists = [fig._suptitle, fig._supxlabel, fig._supylabel]
+    for ax in fig.axes:
+        artists += [ax.title, ax._left_title, ax._right_title, ax.xaxis.label, ax.yaxis.label,
+                    ax.get_legend()]
+    artists += list(fig.legends)
+    clipped = []
+    for artist in artists:
+        if artist is None or not artist.get_visible():
+            continue
+        if hasattr(artist, "get_text") and not artist.get_text():
+            continue
+        extent = artist.get_window_extent(renderer)
+        if (extent.x0 < box.x0 - 1 or extent.x1 > box.x1 + 1
+                or extent.y0 < box.y0 - 1 or extent.y1 > box.y1 + 1):
+            label = artist.get_text() if hasattr(artist, "get_text") else type(artist).__name__
+            clipped.append(label)
+    return clipped
 
 
 #: Colours kept per figure: line plots and heatmaps of the book look the same with 256, at a
@@ -86,6 +211,7 @@ def png_bytes(fig) -> tuple[bytes, int, int]:
         fig.set_facecolor("white")
         fig.canvas.draw()                   # the layout engine runs inside this one draw
         rgba = np.asarray(fig.canvas.buffer_rgba())
+        fig._attnref_clipped = _measure_clipped_texts(fig)
     finally:
         fig.dpi = dpi
         fig.set_facecolor(facecolor)
@@ -103,7 +229,10 @@ FIGURES_VARIABLE = "ATTNREF_FIGURES"
 def show(fig) -> None:
     """Display ``fig`` in the notebook as a compact PNG (:func:`png_bytes`) and close it.
 
-    The plain-text part of the output is matplotlib's usual ``<Figure size … with N Axes>``.
+    Long titles are wrapped first (:func:`fit_titles`). The PNG is published with its display
+    width only (at most :data:`DISPLAY_WIDTH` inches at ``figure.dpi``) and no height: the page
+    scales it with its aspect ratio kept. A title, label or legend outside the figure raises a
+    warning. The plain-text part of the output is matplotlib's usual ``<Figure size … with N Axes>``.
     With ``ATTNREF_FIGURES=off`` only that plain-text part is shown and nothing is drawn.
     """
     try:
@@ -117,7 +246,12 @@ def show(fig) -> None:
         return
     import base64
 
-    data, width, height = png_bytes(fig)
+    fit_titles(fig)
+    data, width, _ = png_bytes(fig)
+    clipped = clipped_texts(fig)
+    if clipped:
+        warnings.warn(f"figure text outside the figure (shorten it or give it room): {clipped}", stacklevel=2)
     bundle = {"image/png": base64.b64encode(data).decode("ascii"), "text/plain": repr(fig)}
-    display(bundle, raw=True, metadata={"image/png": {"width": width, "height": height}})
+    width = min(width, round(DISPLAY_WIDTH * fig.dpi))
+    display(bundle, raw=True, metadata={"image/png": {"width": width}})
     plt.close(fig)
