@@ -1,16 +1,19 @@
-"""Every claim is verified exactly once, in its own section, and the claims index says so.
+"""Every claim is verified exactly once, in its own section, with the expected verdict.
 
-The claims index of the book is generated at build time (``book/_ext/claims_index.py``) from
-the registry (``attnref.book.claims``) and the ``attnref_verdict`` metadata of the outputs of the
-committed, executed notebooks. These tests hold the notebooks to what the index needs:
+The claims index and the verdict boxes of the book are generated at build time
+(``book/_ext/claims_index.py``) from the registry (``attnref.book.claims``) and the
+``attnref_verdict`` metadata of the outputs of the committed, executed notebooks. These tests hold
+the notebooks to what the book needs:
 
-* every ID of the registry and of the catalogue (``../shared/CLAIMS.md``) has a verdict output
-  in exactly one notebook — its chapter's;
-* no notebook records a verdict for an ID the registry does not know;
-* no ID is verified twice (a real-model recheck in chapter 6 is separate, and allowed once);
-* each verdict sits in its own section: below the target ``(claim-<id>)=`` (``(real-<id>)=``
-  for a recheck), after the ``prf:proposition`` labelled ``<id>`` and its ``prf:proof``, with
-  no other claim's target in between.
+* every ID of the registry and of the catalogue (a copy of its IDs in ``tests/data/catalogue.json``)
+  has a verdict output in exactly one notebook — its chapter's;
+* every stored verdict is the one the registry expects (``make test`` fails, naming the claim and
+  its failing checks, otherwise — also when the notebook is re-executed: ``tools/testenv/nbplugin.py``);
+* no notebook records a verdict for an ID the registry does not know, and no ID is verified twice
+  (a recheck on each trained model is separate, and allowed once);
+* each verdict sits in its own section: below the target ``(claim-<id>)=`` (``(<model slug>-<id>)=``
+  for a recheck), after the ``prf:proposition`` labelled ``<id>`` and its ``prf:proof``, and the
+  section shows it with the ``{verdict}`` directive.
 
 The second half tests the generator itself on small synthetic notebooks.
 """
@@ -29,7 +32,7 @@ import pytest
 from attnref.book import claims
 
 ROOT = Path(__file__).resolve().parent.parent
-CATALOGUE = ROOT.parent / "shared" / "CLAIMS.md"
+CATALOGUE = json.loads((ROOT / "tests" / "data" / "catalogue.json").read_text(encoding="utf-8"))
 
 
 def _load_generator():
@@ -42,40 +45,36 @@ def _load_generator():
 
 index = _load_generator()
 BOOK = index.scan_book(ROOT)   # the committed notebooks, read once at collection
-
-
-def catalogue_ids() -> dict[str, str]:
-    """``{ID: slug}`` of the catalogue's claims (``- **Q1 quadratic-scores** — …`` lines)."""
-    text = CATALOGUE.read_text(encoding="utf-8")
-    return dict(re.findall(r"^- \*\*([A-Z]\d+) ([a-z0-9-]+)\*\*", text, flags=re.MULTILINE))
-
-
-def catalogue_rechecks() -> list[str]:
-    """The IDs the catalogue's trained-model chapter asks to recheck."""
-    text = CATALOGUE.read_text(encoding="utf-8")
-    section = re.search(r"^## 6 ·.*?(?=^## |\Z)", text, flags=re.MULTILINE | re.DOTALL)
-    return list(dict.fromkeys(re.findall(r"\b([QLMCH]\d)\b", section.group(0)))) if section else []
-
-
-needs_catalogue = pytest.mark.skipif(not CATALOGUE.exists(), reason=f"catalogue not found at {CATALOGUE}")
-ALL_IDS = list(dict.fromkeys([*claims.CLAIMS, *(catalogue_ids() if CATALOGUE.exists() else {})]))
+ALL_IDS = list(dict.fromkeys([*claims.CLAIMS, *CATALOGUE["claims"]]))
 
 
 # ------------------------------------------------------------------------------------------
 # The committed notebooks
 # ------------------------------------------------------------------------------------------
 
-@needs_catalogue
 def test_registry_matches_the_catalogue() -> None:
     registry = {cid: c.slug for cid, c in claims.CLAIMS.items()}
-    assert registry == catalogue_ids()
+    assert registry == CATALOGUE["claims"]
 
 
 @pytest.mark.parametrize("claim_id", ALL_IDS)
 def test_claim_is_verified_once(claim_id: str) -> None:
     records = BOOK.records(claim_id)
-    assert records, f"{claim_id}: no notebook records a verdict (claims.record) for it"
+    assert records, f"{claim_id}: no notebook records a verdict (claims.Evidence(...).verdict) for it"
     assert len(records) == 1, f"{claim_id} is verified {len(records)} times: " + "; ".join(v.where for v in records)
+
+
+def test_every_verdict_is_the_expected_one() -> None:
+    """The stored verdicts, decided by the rule from the stored evidence, are the registry's."""
+    problems = BOOK.unexpected()
+    assert not problems, "\n".join(problems)
+
+
+def test_stored_verdicts_follow_from_their_stored_evidence() -> None:
+    """The verdict in the metadata is what the rule gives for the checks stored beside it."""
+    for v in BOOK.verdicts:
+        checks = [claims.Check(**{k: c.get(k) for k in claims.Check.__dataclass_fields__}) for c in v.checks]
+        assert claims.decide(checks) == v.verdict, f"{v.where}: {v.id} stored {v.verdict!r}, its checks give {claims.decide(checks)!r}"
 
 
 def test_no_verdict_for_an_unknown_id() -> None:
@@ -83,18 +82,18 @@ def test_no_verdict_for_an_unknown_id() -> None:
     assert not unknown, f"verdicts for IDs not in the registry: {unknown}"
 
 
-def test_real_model_rechecks_are_once_each() -> None:
-    twice = {cid: [v.where for v in BOOK.rechecks(cid)] for cid in claims.CLAIMS if len(BOOK.rechecks(cid)) > 1}
+def test_rechecks_are_once_each_per_model() -> None:
+    twice = {(cid, m): [v.where for v in BOOK.rechecks(cid, m)] for cid in claims.CLAIMS for m in claims.MODELS
+             if len(BOOK.rechecks(cid, m)) > 1}
     assert not twice, f"rechecked more than once: {twice}"
 
 
-@needs_catalogue
-@pytest.mark.parametrize("claim_id", catalogue_rechecks() if CATALOGUE.exists() else [])
+@pytest.mark.parametrize("claim_id", CATALOGUE["rechecks"])
 def test_catalogue_recheck_is_done(claim_id: str) -> None:
-    assert len(BOOK.rechecks(claim_id)) == 1, f"{claim_id}: chapter 6 has no claims.recheck for it"
+    assert len(BOOK.rechecks(claim_id, "all-MiniLM-L6-v2")) == 1, f"{claim_id}: chapter 6 does not recheck it on MiniLM"
 
 
-@pytest.mark.parametrize("verdict", BOOK.verdicts, ids=lambda v: f"{'real-' if v.real_model else ''}{v.id}")
+@pytest.mark.parametrize("verdict", BOOK.verdicts, ids=lambda v: f"{v.prefix}-{v.id}")
 def test_verdict_is_in_its_section(verdict) -> None:
     scan = BOOK.scan_of(verdict.notebook)
     assert verdict.target in scan.targets, f"{verdict.where}: no target ({verdict.target})= in the notebook's markdown"
@@ -109,6 +108,21 @@ def test_verdict_is_in_its_section(verdict) -> None:
         assert verdict.proofs, f"{verdict.where}: the section ({verdict.target})= has no prf:proof"
 
 
+@pytest.mark.parametrize("verdict", BOOK.verdicts, ids=lambda v: f"{v.prefix}-{v.id}")
+def test_verdict_is_shown_once_under_its_statement(verdict) -> None:
+    """The section shows the verdict with ``{verdict} ID [model]`` before its first code cell, and
+    the cell that computed it is removed from the page (shown once)."""
+    nb = nbformat.read(ROOT / f"{verdict.notebook}.ipynb", as_version=4)
+    directive = f"{{verdict}} {verdict.id}" + (f" {verdict.model}" if verdict.model else "")
+    start = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and f"({verdict.target})=" in c.source)
+    first_code = next((i for i in range(start, len(nb.cells)) if nb.cells[i].cell_type == "code"), len(nb.cells))
+    shown = [i for i in range(start, first_code) if re.search(rf"^```{re.escape(directive)}[ \t]*$", nb.cells[i].source, re.M)]
+    assert shown, f"{verdict.where}: no ```{directive} before the first code cell of section ({verdict.target})="
+    tags = nb.cells[verdict.cell].metadata.get("tags", [])
+    assert "remove-cell" in tags or "remove-output" in tags, (
+        f"{verdict.where}: the verdict cell is shown on the page too (tag it remove-cell)")
+
+
 def test_every_verdict_can_be_placed_in_the_index() -> None:
     """The same checks the build runs (a problem is a build warning, an error under -W)."""
     assert not BOOK.problems(), "\n".join(BOOK.problems())
@@ -118,23 +132,42 @@ def test_every_verdict_can_be_placed_in_the_index() -> None:
 # The generator, on synthetic notebooks
 # ------------------------------------------------------------------------------------------
 
-def _section(claim_id: str, verdict: str | None = None, *, real: bool = False, label: bool = True,
-             target: str | None = None, conditions: str | None = None, proof: bool = True) -> list:
+def _metadata(claim_id: str, verdict: str, model: str | None = None, condition: str | None = None) -> dict:
+    """The metadata claims.Evidence writes, for a claim whose evidence gives ``verdict``."""
+    evidence = claims.Evidence(claim_id if claim_id in claims.CLAIMS else "Q1", model=model)
+    if verdict == claims.HOLDS:
+        evidence.exact("a symbolic check", 2, 2, kind=claims.SYMBOLIC)
+    elif verdict in (claims.FAILS, claims.CONDITIONS):
+        evidence.counterexample.exact("a counterexample", 1, 1, kind=claims.NUMERICAL)
+        if verdict == claims.CONDITIONS:
+            evidence.under(condition or "a condition").at_most("an error", 0.0, 1e-12, kind=claims.PARITY)
+    else:
+        evidence.exact("a failing check", 1, 2, kind=claims.NUMERICAL)
+    meta = evidence.verdict("A reason with $d_k$.").metadata
+    meta = dict(meta, id=claim_id)
+    if verdict not in claims.ALL_VERDICTS:
+        meta["verdict"] = verdict
+    return meta
+
+
+def _section(claim_id: str, verdict: str | None = None, *, model: str | None = None, label: bool = True,
+             target: str | None = None, condition: str | None = None, proof: bool = True) -> list:
     lower = claim_id.lower()
-    target = target or f"{'real' if real else 'claim'}-{lower}"
+    prefix = claims.MODELS[model].slug if model else "claim"
+    target = target or f"{prefix}-{lower}"
     text = f"({target})=\n## {claim_id} · a title\n"
     if label:
         text += f"\n```{{prf:proposition}} A title\n:label: {lower}\n\nThe statement.\n```\n"
+    text += f"\n```{{verdict}} {claim_id}{' ' + model if model else ''}\n```\n"
     if proof:
         text += "\n```{prf:proof}\nThe argument.\n```\n"
     cells = [nbformat.v4.new_markdown_cell(text)]
     if verdict is not None:
-        chapter = 6 if real else claims.CLAIMS[claim_id].chapter if claim_id in claims.CLAIMS else 1
-        meta = {"id": claim_id, "verdict": verdict, "evidence": ["real model"] if real else ["symbolic", "numerical"],
-                "conditions": conditions, "chapter": chapter, "real_model": real}
-        output = nbformat.v4.new_output("execute_result", execution_count=1, data={"text/plain": claim_id},
+        meta = _metadata(claim_id, verdict, model, condition)
+        output = nbformat.v4.new_output("display_data", data={"text/plain": claim_id},
                                         metadata={claims.METADATA_KEY: meta})
-        cells.append(nbformat.v4.new_code_cell("claims.record(...)", outputs=[output], execution_count=1))
+        cells.append(nbformat.v4.new_code_cell("evidence.verdict(...)", outputs=[output], execution_count=1,
+                                               metadata={"tags": ["remove-cell"]}))
     return cells
 
 
@@ -146,19 +179,22 @@ def _book(tmp_path: Path, notebooks: dict[int, list]) -> object:
     return index.scan_book(tmp_path)
 
 
-def test_generator_accepts_a_record_and_one_recheck(tmp_path: Path) -> None:
+def test_generator_accepts_a_record_and_one_recheck_per_model(tmp_path: Path) -> None:
     book = _book(tmp_path, {1: _section("Q1", claims.HOLDS) + _section("Q2", claims.HOLDS),
-                            6: _section("Q1", claims.FAILS, real=True)})
-    assert not book.problems()
-    assert [v.id for v in book.records("Q1")] == ["Q1"] and len(book.rechecks("Q1")) == 1
+                            6: _section("Q1", claims.FAILS, model="all-MiniLM-L6-v2")
+                            + _section("Q1", claims.HOLDS, model="SmolLM2-135M-Instruct")})
+    assert not book.problems(), book.problems()
+    assert [v.id for v in book.records("Q1")] == ["Q1"] and len(book.rechecks("Q1")) == 2
+    assert book.models() == ["all-MiniLM-L6-v2", "SmolLM2-135M-Instruct"]
     assert "Q1" not in book.missing() and "Q3" in book.missing()
 
 
 @pytest.mark.parametrize("case, cells, message", [
     ("unknown id", {1: _section("Z9", claims.HOLDS)}, "not in the claims registry"),
     ("verified twice", {1: _section("Q1", claims.HOLDS) + _section("Q1", claims.HOLDS)}, "verified 2 times"),
-    ("rechecked twice", {6: _section("H2", claims.HOLDS, real=True) + _section("H2", claims.HOLDS, real=True)},
-     "rechecked on the real model 2 times"),
+    ("rechecked twice", {6: _section("H2", claims.HOLDS, model="all-MiniLM-L6-v2")
+                         + _section("H2", claims.HOLDS, model="all-MiniLM-L6-v2")},
+     "rechecked on all-MiniLM-L6-v2 2 times"),
     ("wrong chapter", {2: _section("Q1", claims.HOLDS)}, "the registry puts it in"),
     ("no target", {1: _section("Q1", claims.HOLDS, target="claim-q2")}, "not under its section target"),
     ("no label", {1: _section("Q1", claims.HOLDS, label=False)}, "no prf:proposition with :label: q1"),
@@ -172,38 +208,58 @@ def test_generator_reports_a_misplaced_verdict(tmp_path: Path, case: str, cells:
     assert any(message in p for p in problems), f"{case}: {problems}"
 
 
-def test_index_lists_every_claim_with_its_computed_verdict(tmp_path: Path) -> None:
+def test_an_unexpected_verdict_is_reported_with_its_failing_checks(tmp_path: Path) -> None:
+    book = _book(tmp_path, {1: _section("Q1", claims.NOT_ESTABLISHED) + _section("Q2", claims.FAILS)})
+    problems = book.unexpected()
+    assert len(problems) == 2, problems
+    assert problems[0].startswith("Q1: computed 'not established', expected 'holds'")
+    assert "'a failing check' measured 1, held to = 2" in problems[0]
+    assert problems[1].startswith("Q2: computed 'does not hold', expected 'holds'")
+    assert "no check failed" in problems[1]
+
+
+def test_index_gives_every_claim_its_verdict_and_reason(tmp_path: Path) -> None:
     book = _book(tmp_path, {1: _section("Q1", claims.HOLDS),
-                            3: _section("M5", claims.CONDITIONS, conditions="an orthonormal basis"),
-                            6: _section("Q1", claims.FAILS, real=True)})
+                            3: _section("M5", claims.CONDITIONS, condition="an orthonormal basis"),
+                            6: _section("Q1", claims.FAILS, model="all-MiniLM-L6-v2")})
     text = index.render_index(book)
-    assert f"{len(claims.CLAIMS)} claims: 1 holds, 1 holds under conditions, {len(claims.CLAIMS) - 2} not yet verified." in text
+    assert (f"{len(claims.CLAIMS)} claims: 1 holds, 1 holds under conditions, "
+            f"{len(claims.CLAIMS) - 2} not yet verified.") in text
     assert index._counts(book, ["Q1", "Q1", "M5"]) == "3 claims: 2 hold, 1 holds under conditions."
     for cid in claims.CLAIMS:
         rows = [line for line in text.splitlines() if line.startswith(f"| {{ref}}`{cid} <claim-") or
                 line.startswith(f"| {{doc}}`{cid} <")]
         assert len(rows) == 1, f"{cid} appears {len(rows)} times in the index"
     row = next(line for line in text.splitlines() if line.startswith("| {ref}`Q1 <claim-q1>`"))
-    assert "{bdg-success}`holds`" in row and "{prf:ref}`q1`" in row
-    assert "{ref}`✓ does not hold <real-q1>`" in row          # the recheck, linked to its section
+    assert "{bdg-success}`holds`" in row and "A reason with $d_k$." in row and "*Deciding:* a symbolic check" in row
+    assert "{bdg-danger}`does not hold` {ref}`why <minilm-q1>`" in row      # the model column, linked
     row = next(line for line in text.splitlines() if line.startswith("| {ref}`M5 <claim-m5>`"))
     assert "{bdg-warning}`holds under conditions` — *an orthonormal basis*" in row
+    assert "counterexample: a counterexample" in row
     row = next(line for line in text.splitlines() if line.startswith("| {doc}`Q2 </notebooks/01-nonlinearity>`"))
-    assert f"`{index.PENDING}`" in row and "{prf:ref}" not in row   # nothing to link to yet
-    # Every table row has as many unescaped cell separators as its header (statements hold |, $, _).
+    assert f"`{index.PENDING}`" in row
+    # Every table row has as many unescaped cell separators as its header.
     for line in text.splitlines():
         if line.startswith("| "):
-            assert len(re.findall(r"(?<!\\)\|", line)) in (9, 5), line
+            assert len(re.findall(r"(?<!\\)\|", line)) in (5, 6), line
 
 
 def test_headline_table(tmp_path: Path) -> None:
-    book = _book(tmp_path, {4: _section("C3", claims.CONDITIONS, conditions="independent components"),
-                            6: _section("C3", claims.HOLDS, real=True)})
+    book = _book(tmp_path, {4: _section("C3", claims.CONDITIONS, condition="independent components")})
     text = index.render_headline(book, ["Q1", "C3"])
-    assert "{bdg-warning}`holds under conditions`" in text
-    assert "symbolic, numerical, {ref}`real model <real-c3>`" in text
+    assert "{bdg-warning}`holds under conditions`" in text and "A reason with $d_k$." in text
     with pytest.raises(ValueError, match="X1"):
         index.render_headline(book, ["Q1", "X1"])
+
+
+def test_verdict_box_shows_badge_reason_conditions_and_every_check(tmp_path: Path) -> None:
+    book = _book(tmp_path, {3: _section("M5", claims.CONDITIONS, condition="a Parseval frame")})
+    box = index.render_verdict_box(book.records("M5")[0])
+    head, *rest = box.splitlines()
+    assert head == ("{bdg-warning}`holds under conditions` **M5.** A reason with $d_k$. "
+                    "*Conditions:* a Parseval frame.")
+    assert "| *counterexample:* a counterexample | numerical | 1 | = 1 | ✓ |" in rest
+    assert "| *if a Parseval frame:* an error | parity | 0 | ≤ 10⁻¹² | ✓ |" in rest
 
 
 def test_execution_report(tmp_path: Path) -> None:

@@ -159,11 +159,21 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
     _C("E5", "fused-vs-factored", 8, "One full d × d matrix per head would train better than the factors W_Q, W_K.", FAILS),
 ]}
 
+@dataclass(frozen=True)
+class Model:
+    name: str
+    slug: str          # section targets of its rechecks: (<slug>-<id>)=, e.g. (minilm-c3)=
+    short: str         # column heading in the claims index
+    description: str
+
+
 #: The trained models the claims are rechecked on (chapter 6), by name.
-MODELS = {
-    "all-MiniLM-L6-v2": "a post-LN encoder, fine-tuned contrastively (sentence-transformers)",
-    "SmolLM2-135M-Instruct": "a pre-norm, causal, rotary decoder with grouped-query attention (4-bit GGUF)",
-}
+MODELS = {m.name: m for m in [
+    Model("all-MiniLM-L6-v2", "minilm", "MiniLM encoder",
+          "a post-LN encoder, fine-tuned contrastively (sentence-transformers)"),
+    Model("SmolLM2-135M-Instruct", "smollm", "SmolLM2 decoder",
+          "a pre-norm, causal, rotary decoder with grouped-query attention (4-bit GGUF)"),
+]}
 
 #: The verdict each recheck on a trained model is expected to give: {(claim ID, model): verdict}.
 #: As for the claims, the evidence decides; a difference fails ``make test`` until this table
@@ -415,7 +425,29 @@ class Evidence(_Recorder):
         numbers formatted from variables) and the evidence table."""
         if not isinstance(reason, str) or not reason.strip():
             raise ValueError("reason must be a non-empty sentence")
-        return Verdict(self.claim, self.model, decide(self.checks), " ".join(reason.split()), tuple(self.checks))
+        result = Verdict(self.claim, self.model, decide(self.checks), " ".join(reason.split()), tuple(self.checks))
+        _computed[(self.claim.id, self.model)] = result
+        return result
+
+
+_computed: dict[tuple[str, str | None], "Verdict"] = {}
+
+
+def computed() -> list[dict]:
+    """Every verdict computed in this Python session, for the test harness: id, model, verdict,
+    expected, and the failing checks (what ``make test`` reports when a verdict is not the
+    expected one)."""
+    out = []
+    for (claim_id, model), v in _computed.items():
+        out.append({"id": claim_id, "model": model, "verdict": v.verdict, "expected": v.metadata.get("expected"),
+                    "failing": [{"name": c.name, "measured": c.measured, "held_to": c.held_to, "bears_on": c.bears_on,
+                                 "condition": c.condition} for c in v.failing]})
+    return out
+
+
+def forget() -> None:
+    """Forget the verdicts computed so far (before a notebook is run again, e.g. for another seed)."""
+    _computed.clear()
 
 
 def decide(checks) -> str:

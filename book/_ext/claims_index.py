@@ -79,14 +79,15 @@ PROOF = re.compile(r"^[ \t]*(?:`{3,}|:{3,})\{prf:proof\}", re.MULTILINE)
 
 REPORT_PATH = Path("book") / "_data" / "report.json"
 
-BADGE = {registry.HOLDS: "bdg-success", registry.CONDITIONS: "bdg-warning", registry.FAILS: "bdg-danger"}
 PENDING = "not yet verified"
-CHECK = "✓"
 
 
 # ---------------------------------------------------------------------------------------------
 # Scanning the notebooks
 # ---------------------------------------------------------------------------------------------
+
+SLUGS = {m.slug: m for m in registry.MODELS.values()}
+
 
 @dataclass(frozen=True)
 class VerdictOutput:
@@ -94,10 +95,13 @@ class VerdictOutput:
 
     id: str
     verdict: str
-    evidence: tuple[str, ...]
-    conditions: str | None
-    chapter: int
-    real_model: bool
+    expected: str | None
+    reason: str
+    conditions: tuple[str, ...]
+    kinds: tuple[str, ...]
+    checks: tuple[dict, ...]
+    chapter: int | None
+    model: str | None             # None: the claim's own verdict; else the trained model it is rechecked on
     notebook: str                 # path relative to the repository root, without suffix
     cell: int                     # index of the code cell that displays it
     section: str | None           # the last target of the verdict's kind above the cell
@@ -105,13 +109,30 @@ class VerdictOutput:
     proofs: int = 0               # prf:proof blocks between that target and the cell
 
     @property
+    def real_model(self) -> bool:
+        return self.model is not None
+
+    @property
+    def prefix(self) -> str:
+        if self.model is None:
+            return "claim"
+        model = registry.MODELS.get(self.model)
+        return model.slug if model else "real"
+
+    @property
     def target(self) -> str:
-        """The section target this verdict belongs under: ``claim-<id>`` or ``real-<id>``."""
-        return f"{'real' if self.real_model else 'claim'}-{self.id.lower()}"
+        """The section target this verdict belongs under: ``claim-<id>`` or ``<model slug>-<id>``."""
+        return f"{self.prefix}-{self.id.lower()}"
 
     @property
     def where(self) -> str:
         return f"{self.notebook}.ipynb, cell {self.cell}"
+
+    @property
+    def deciding(self) -> list[dict]:
+        """The checks that moved the verdict (see ``claims.deciding``)."""
+        checks = [registry.Check(**{k: c.get(k) for k in registry.Check.__dataclass_fields__}) for c in self.checks]
+        return [c.as_dict() for c in registry.deciding(checks, self.verdict)]
 
 
 @dataclass
@@ -131,13 +152,22 @@ def _verdict_metadata(cell) -> list[dict]:
     return found
 
 
+def _verdict_output(meta: dict, **where) -> VerdictOutput:
+    return VerdictOutput(
+        id=str(meta.get("id")), verdict=str(meta.get("verdict")), expected=meta.get("expected"),
+        reason=str(meta.get("reason") or ""), conditions=tuple(meta.get("conditions") or ()),
+        kinds=tuple(meta.get("kinds") or ()), checks=tuple(meta.get("checks") or ()),
+        chapter=meta.get("chapter"), model=meta.get("model"), **where)
+
+
 def scan_notebook(path: Path, root: Path) -> NotebookScan:
     """Targets, proposition labels and verdict outputs of one notebook, in reading order."""
     nb = nbformat.read(path, as_version=4)
     scan = NotebookScan(path.relative_to(root).with_suffix("").as_posix())
-    section = {"claim": None, "real": None}
-    labels_since = {"claim": [], "real": []}
-    proofs_since = {"claim": 0, "real": 0}
+    prefixes = ["claim", "real", *SLUGS]
+    section = dict.fromkeys(prefixes)
+    labels_since = {p: [] for p in prefixes}
+    proofs_since = dict.fromkeys(prefixes, 0)
     for index, cell in enumerate(nb.cells):
         if cell.cell_type == "markdown":
             # Targets and labels in order of position within the cell.
@@ -162,13 +192,11 @@ def scan_notebook(path: Path, root: Path) -> NotebookScan:
                         labels_since[prefix].append(name)
         elif cell.cell_type == "code":
             for meta in _verdict_metadata(cell):
-                real = bool(meta.get("real_model", False))
-                kind = "real" if real else "claim"
-                scan.verdicts.append(VerdictOutput(
-                    id=str(meta.get("id")), verdict=str(meta.get("verdict")),
-                    evidence=tuple(meta.get("evidence") or ()), conditions=meta.get("conditions"),
-                    chapter=meta.get("chapter"), real_model=real, notebook=scan.path, cell=index,
-                    section=section[kind], labels=tuple(labels_since[kind]), proofs=proofs_since[kind]))
+                model = meta.get("model")
+                prefix = "claim" if model is None else (registry.MODELS[model].slug if model in registry.MODELS else "real")
+                scan.verdicts.append(_verdict_output(
+                    meta, notebook=scan.path, cell=index, section=section[prefix],
+                    labels=tuple(labels_since[prefix]), proofs=proofs_since[prefix]))
     return scan
 
 
@@ -190,11 +218,16 @@ class Book:
     def records(self, claim_id: str) -> list[VerdictOutput]:
         return [v for v in self.verdicts if v.id == claim_id and not v.real_model]
 
-    def rechecks(self, claim_id: str) -> list[VerdictOutput]:
-        return [v for v in self.verdicts if v.id == claim_id and v.real_model]
+    def rechecks(self, claim_id: str, model: str | None = None) -> list[VerdictOutput]:
+        return [v for v in self.verdicts if v.id == claim_id and v.real_model and (model is None or v.model == model)]
 
     def scan_of(self, notebook: str) -> NotebookScan | None:
         return next((s for s in self.scans if s.path == notebook), None)
+
+    def models(self) -> list[str]:
+        """The trained models some notebook rechecks a claim on, in the registry's order."""
+        found = {v.model for v in self.verdicts if v.real_model}
+        return [m for m in registry.MODELS if m in found]
 
     def missing(self) -> list[str]:
         """Registry IDs that no notebook verifies yet."""
@@ -203,26 +236,30 @@ class Book:
     def problems(self) -> list[str]:
         """Every verdict output that the index cannot place, as one message each.
 
-        Unknown IDs, an ID verified twice (a real-model recheck is separate and allowed once),
-        a verdict or evidence outside the registry's vocabulary, a chapter that does not match
-        the registry, a verdict that is not in its own section (``claim-<id>``/``real-<id>``),
-        a claim section without the ``prf:proposition`` labelled with the ID or without a
-        ``prf:proof``.
+        Unknown IDs or models, an ID verified twice (a recheck on each trained model is separate
+        and allowed once), a verdict outside the registry's vocabulary, a chapter that does not
+        match the registry, a verdict that is not in its own section (``claim-<id>`` or
+        ``<model slug>-<id>``), a claim section without the ``prf:proposition`` labelled with the
+        ID or without a ``prf:proof``, a verdict without a reason or without checks.
         """
         out = []
         for v in self.verdicts:
             if v.id not in registry.CLAIMS:
                 out.append(f"{v.where}: verdict for {v.id!r}, which is not in the claims registry")
                 continue
+            if v.model is not None and v.model not in registry.MODELS:
+                out.append(f"{v.where}: {v.id} is rechecked on {v.model!r}, which is not in the registry's MODELS")
+                continue
             claim = registry.CLAIMS[v.id]
-            if v.verdict not in registry.VERDICTS:
-                out.append(f"{v.where}: {v.id} has verdict {v.verdict!r}, not one of {registry.VERDICTS}")
-            if not v.evidence or any(e not in registry.EVIDENCE for e in v.evidence):
-                out.append(f"{v.where}: {v.id} has evidence {list(v.evidence)}, not a subset of {registry.EVIDENCE}")
-            chapter = registry.CHAPTERS[6 if v.real_model else claim.chapter]
-            if v.chapter != chapter.number or v.notebook != chapter.notebook:
-                out.append(f"{v.where}: {v.id} is recorded with chapter {v.chapter}, "
-                           f"the registry puts it in {chapter.notebook}.ipynb (chapter {chapter.number})")
+            if v.verdict not in registry.ALL_VERDICTS:
+                out.append(f"{v.where}: {v.id} has verdict {v.verdict!r}, not one of {registry.ALL_VERDICTS}")
+            if not v.checks or not v.reason:
+                out.append(f"{v.where}: {v.id} has no recorded checks or no reason")
+            if not v.real_model:
+                chapter = registry.CHAPTERS[claim.chapter]
+                if v.chapter != chapter.number or v.notebook != chapter.notebook:
+                    out.append(f"{v.where}: {v.id} is recorded with chapter {v.chapter}, "
+                               f"the registry puts it in {chapter.notebook}.ipynb (chapter {chapter.number})")
             if v.section != v.target:
                 out.append(f"{v.where}: {v.id}'s verdict is not under its section target "
                            f"({v.target})= (the nearest target above it is {v.section!r})")
@@ -231,9 +268,34 @@ class Book:
             elif not v.real_model and not v.proofs:
                 out.append(f"{v.where}: section ({v.target})= has no prf:proof")
         for cid in dict.fromkeys(v.id for v in self.verdicts):
-            for kind, found in (("verified", self.records(cid)), ("rechecked on the real model", self.rechecks(cid))):
+            found = self.records(cid)
+            if len(found) > 1:
+                out.append(f"{cid} is verified {len(found)} times: " + "; ".join(v.where for v in found))
+            for model in registry.MODELS:
+                found = self.rechecks(cid, model)
                 if len(found) > 1:
-                    out.append(f"{cid} is {kind} {len(found)} times: " + "; ".join(v.where for v in found))
+                    out.append(f"{cid} is rechecked on {model} {len(found)} times: " + "; ".join(v.where for v in found))
+        return out
+
+    def unexpected(self) -> list[str]:
+        """Every stored verdict that is not the one the registry expects (or is not established),
+        with the checks that moved it: ``make test`` fails on each."""
+        out = []
+        for v in self.verdicts:
+            if v.id not in registry.CLAIMS:
+                continue
+            try:
+                expected = registry.expected_verdict(v.id, v.model)
+            except ValueError as error:
+                out.append(f"{v.where}: {error}")
+                continue
+            if v.verdict != expected:
+                where = f" on {v.model}" if v.model else ""
+                failing = [c for c in v.checks if not c.get("passed")]
+                detail = "; ".join(f"{c.get('name')!r} measured {c.get('measured')}, held to {c.get('held_to')}"
+                                   for c in failing) or "no check failed: the evidence fits another verdict"
+                out.append(f"{v.id}{where}: computed {v.verdict!r}, expected {expected!r} ({v.where}); "
+                           f"failing checks: {detail}")
         return out
 
 
@@ -253,6 +315,11 @@ def escape(text: str) -> str:
     return _MARKDOWN_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
 
 
+def inline(text: str) -> str:
+    """MyST inline markdown (math allowed) made safe for one table cell: no newlines, ``|`` escaped."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
 def _role_text(text: str) -> str:
     """The title of a cross-reference role is plain text: no backticks or angle brackets."""
     return re.sub(r"[`<>]", "", " ".join(str(text).split()))
@@ -264,6 +331,10 @@ def _ref(text: str, target: str) -> str:
 
 def _doc(text: str, notebook: str) -> str:
     return f"{{doc}}`{_role_text(text)} </{notebook}>`"
+
+
+BADGE = {registry.HOLDS: "bdg-success", registry.CONDITIONS: "bdg-warning", registry.FAILS: "bdg-danger",
+         registry.NOT_ESTABLISHED: "bdg-dark"}
 
 
 def _badge(verdict: str | None) -> str:
@@ -278,37 +349,25 @@ def _placed(book: Book, v: VerdictOutput) -> bool:
     return scan is not None and v.target in scan.targets
 
 
-def _claim_cells(book: Book, cid: str) -> dict[str, str]:
-    """The table cells of one claim: id link, statement, verdict, evidence marks, proposition."""
-    claim = registry.CLAIMS[cid]
-    chapter = registry.CHAPTERS[claim.chapter]
-    records = book.records(cid)
-    rechecks = book.rechecks(cid)
-    record = records[0] if len(records) == 1 else None
-    cells = {"statement": escape(claim.statement), "evidence": {}}
-    if record is not None and _placed(book, record):
-        cells["id"] = _ref(cid, record.target)
-        cells["proposition"] = f"{{prf:ref}}`{claim.label}`" if claim.label in record.labels else ""
-    else:
-        cells["id"] = _doc(cid, chapter.notebook)
-        cells["proposition"] = ""
-    if record is None:
-        cells["verdict"] = _badge(None)
-    else:
-        cells["verdict"] = _badge(record.verdict)
-        if record.conditions:
-            cells["verdict"] += f" — *{escape(record.conditions)}*"
-    evidence = set(record.evidence) if record is not None else set()
-    for kind in registry.EVIDENCE[:3]:
-        cells["evidence"][kind] = CHECK if kind in evidence else ""
-    recheck = rechecks[0] if len(rechecks) == 1 else None
-    if recheck is not None and _placed(book, recheck):
-        cells["evidence"]["real model"] = _ref(f"{CHECK} {recheck.verdict}", recheck.target)
-    elif "real model" in evidence:
-        cells["evidence"]["real model"] = CHECK
-    else:
-        cells["evidence"]["real model"] = ""
-    return cells
+def _check_text(check: dict) -> str:
+    """One check in a sentence: *name* — measured M (held to H)."""
+    name = inline(check.get("name", ""))
+    if check.get("bears_on") == registry.COUNTEREXAMPLE:
+        name = f"counterexample: {name}"
+    elif check.get("bears_on") == registry.CONDITION:
+        name = f"if {inline(check.get('condition') or '')}: {name}"
+    return f"{name} — {inline(check.get('measured', ''))} (held to {inline(check.get('held_to', ''))})"
+
+
+def _why(v: VerdictOutput, deciding: int = 1) -> str:
+    """The reason of a verdict and the check(s) that decided it, for a table cell."""
+    text = inline(v.reason)
+    decided = v.deciding[:deciding]
+    if decided:
+        text += " <br> *Deciding:* " + "; ".join(_check_text(c) for c in decided)
+    passed = sum(bool(c.get("passed")) for c in v.checks)
+    text += f" *({passed} of {len(v.checks)} checks passed.)*"
+    return text
 
 
 def _table(header: list[str], rows: list[list[str]], align: list[str]) -> list[str]:
@@ -321,9 +380,10 @@ def _table(header: list[str], rows: list[list[str]], align: list[str]) -> list[s
 def _counts(book: Book, ids) -> str:
     """``"7 claims: 5 hold, 1 holds under conditions, 1 does not hold."`` (zero counts left out)."""
     verdicts = [book.records(cid)[0].verdict if len(book.records(cid)) == 1 else None for cid in ids]
-    plural = {registry.HOLDS: "hold", registry.CONDITIONS: "hold under conditions", registry.FAILS: "do not hold"}
+    plural = {registry.HOLDS: "hold", registry.CONDITIONS: "hold under conditions", registry.FAILS: "do not hold",
+              registry.NOT_ESTABLISHED: "not established"}
     parts = []
-    for name in (*registry.VERDICTS, None):
+    for name in (*registry.ALL_VERDICTS, None):
         count = sum(v == name for v in verdicts)
         if count:
             parts.append(f"{count} {PENDING if name is None else (plural.get(name, name) if count > 1 else name)}")
@@ -335,58 +395,86 @@ def _container(lines: list[str], css_class: str) -> list[str]:
     return ["````{container} " + css_class, *lines, "````"]
 
 
+def _model_cell(book: Book, cid: str, model: str) -> str:
+    found = book.rechecks(cid, model)
+    if len(found) != 1:
+        return ""
+    v = found[0]
+    badge = _badge(v.verdict)
+    return f"{badge} {_ref('why', v.target)}" if _placed(book, v) else badge
+
+
+def _claim_row(book: Book, cid: str, models: list[str]) -> list[str]:
+    claim = registry.CLAIMS[cid]
+    chapter = registry.CHAPTERS[claim.chapter]
+    records = book.records(cid)
+    record = records[0] if len(records) == 1 else None
+    if record is not None and _placed(book, record):
+        link = _ref(cid, record.target)
+    else:
+        link = _doc(cid, chapter.notebook)
+    statement = escape(claim.statement)
+    if record is None:
+        return [link, statement, _badge(None), "", *("" for _ in models)]
+    verdict = _badge(record.verdict)
+    if record.conditions:
+        verdict += " — *" + "; ".join(inline(c) for c in record.conditions) + "*"
+    return [link, statement, verdict, _why(record), *(_model_cell(book, cid, m) for m in models)]
+
+
 def render_index(book: Book) -> str:
-    """The claims index: every registry ID, chapter by chapter."""
+    """The claims index: every registry ID, chapter by chapter, with the reason for its verdict."""
+    models = book.models()
     lines = [
-        "Every claim of the book, generated at build time from the claims registry "
-        "(`attnref.book.claims`) and the verdicts the executed notebooks computed "
-        f"(the `{registry.METADATA_KEY}` metadata of their outputs). "
+        "Every claim of the book, with its verdict, the reason for it, and the check that decided "
+        "it. Nothing here is typed by hand: the page is generated at build time from the claims "
+        "registry (`attnref.book.claims`) and the evidence the executed notebooks recorded. "
         + escape(_counts(book, registry.CLAIMS)),
         "",
-        "*Evidence:* **S** symbolic (a sympy derivation that is asserted), **N** numerical "
-        "(seeded experiments with `attnref`, statistical checks with confidence bounds), "
-        "**T** parity with torch's own implementation in float64, **R** the claim rechecked on "
-        "the weights and activations of a trained model (chapter 6, with the recheck's verdict). "
-        "The *proposition* column links to the numbered statement and its proof.",
+        "A verdict follows from the recorded checks by one rule: every check of the claim as "
+        "stated passes — *holds*; a counterexample passes and every check under the named "
+        "conditions passes — *holds under conditions*; a counterexample passes and no condition "
+        "rescues it — *does not hold*. Each claim's section shows all its checks.",
         "",
     ]
-    header = ["ID", "Claim", "Verdict", "S", "N", "T", "R", "Proposition"]
+    if models:
+        lines += ["The last column" + ("s recheck" if len(models) > 1 else " rechecks") + " the claim on the "
+                  "weights and activations of a trained model (" +
+                  "; ".join(f"{escape(registry.MODELS[m].short)}: {escape(registry.MODELS[m].description)}"
+                            for m in models) + ").", ""]
+    header = ["ID", "Claim", "Verdict", "Why", *(registry.MODELS[m].short for m in models)]
     for number, chapter in registry.CHAPTERS.items():
         ids = [cid for cid, c in registry.CLAIMS.items() if c.chapter == number]
         if not ids:
             continue
-        lines += [f"## {number} · {escape(chapter.title)}", "",
-                  f"Chapter: {_doc(chapter.title, chapter.notebook)}. {escape(_counts(book, ids))}", ""]
-        rows = []
-        for cid in ids:
-            c = _claim_cells(book, cid)
-            rows.append([c["id"], c["statement"], c["verdict"],
-                         *(c["evidence"][k] for k in registry.EVIDENCE), c["proposition"]])
-        table = _table(header, rows, ["l", "l", "l", "c", "c", "c", "c", "l"])
+        lines += [f"## {number} · {chapter.title}", "",
+                  f"Chapter: {_doc(re.sub(r'[$]', '', chapter.title), chapter.notebook)}. "
+                  f"{escape(_counts(book, ids))}", ""]
+        rows = [_claim_row(book, cid, models) for cid in ids]
+        table = _table(header, rows, ["l", "l", "l", "l", *("l" for _ in models)])
         lines += _container(table, "claims-table claims-index") + [""]
     lines += render_rechecks(book)
     return "\n".join(lines)
 
 
 def render_rechecks(book: Book) -> list[str]:
-    """The section of the index on the trained model: every recheck of chapter 6."""
-    chapter = registry.CHAPTERS[6]   # claims.recheck records chapter 6
-    lines = [f"## {chapter.number} · {escape(chapter.title)}", ""]
-    real = [v for v in book.verdicts if v.real_model and v.id in registry.CLAIMS]
+    """The section of the index on the trained models: every recheck, with its reason."""
+    chapter = registry.CHAPTERS[6]
+    lines = [f"## {chapter.number} · {chapter.title}", ""]
+    real = [v for v in book.verdicts if v.real_model and v.id in registry.CLAIMS and v.model in registry.MODELS]
     if not real:
-        return lines + [f"Chapter: {_doc(chapter.title, chapter.notebook)}. No claim has been rechecked on the "
+        return lines + [f"Chapter: {_doc(chapter.title, chapter.notebook)}. No claim has been rechecked on a "
                         "trained model yet.", ""]
-    lines += [f"Chapter: {_doc(chapter.title, chapter.notebook)}. The claims rechecked on the weights and "
-              "activations of a trained encoder, with the verdict of their own chapter beside it.", ""]
+    lines += [f"Chapter: {_doc(re.sub(r'[$]', '', chapter.title), chapter.notebook)}. The claims rechecked on "
+              "the weights and activations of trained models, with the verdict of their own chapter beside it.", ""]
     rows = []
     for v in real:
         records = book.records(v.id)
         own = _badge(records[0].verdict) if len(records) == 1 else _badge(None)
         link = _ref(v.id, v.target) if _placed(book, v) else v.id
-        verdict = _badge(v.verdict) + (f" — *{escape(v.conditions)}*" if v.conditions else "")
-        rows.append([link, escape(registry.CLAIMS[v.id].statement), own, verdict])
-    lines += _container(_table(["ID", "Claim", "Own chapter", "Trained model"], rows, ["l", "l", "l", "l"]),
-                        "claims-table") + [""]
+        rows.append([link, escape(registry.MODELS[v.model].short), own, _badge(v.verdict), _why(v)])
+    lines += _container(_table(["ID", "Model", "Own chapter", "On the model", "Why"], rows,
+                               ["l", "l", "l", "l", "l"]), "claims-table") + [""]
     return lines
 
 
@@ -397,15 +485,34 @@ def render_headline(book: Book, ids: list[str]) -> str:
         raise ValueError(f"claims-table: unknown claim IDs {unknown}")
     rows = []
     for cid in ids:
-        c = _claim_cells(book, cid)
-        kinds = [k for k in registry.EVIDENCE if c["evidence"][k]]
-        rechecks = book.rechecks(cid)
-        if "real model" in kinds and len(rechecks) == 1 and _placed(book, rechecks[0]):
-            kinds[kinds.index("real model")] = _ref("real model", rechecks[0].target)
-        evidence = ", ".join(kinds)
-        rows.append([c["id"], c["statement"], c["verdict"], evidence])
-    return "\n".join(_container(_table(["Claim", "What people say", "Verdict", "Evidence"], rows,
+        row = _claim_row(book, cid, [])
+        records = book.records(cid)
+        why = inline(records[0].reason) if len(records) == 1 else ""
+        rows.append([row[0], row[1], row[2], why])
+    return "\n".join(_container(_table(["Claim", "What people say", "Verdict", "Why"], rows,
                                        ["l", "l", "l", "l"]), "claims-table"))
+
+
+def render_verdict_box(v: VerdictOutput) -> str:
+    """The verdict box under a claim's proposition: badge, reason, conditions, evidence table."""
+    where = f" on {registry.MODELS[v.model].short}" if v.model in registry.MODELS else ""
+    head = f"{_badge(v.verdict)} **{v.id}{where}.** {' '.join(v.reason.split())}"
+    if v.conditions:
+        head += " *Conditions:* " + "; ".join(" ".join(c.split()) for c in v.conditions) + "."
+    rows = []
+    for c in v.checks:
+        name = inline(c.get("name", ""))
+        if c.get("bears_on") == registry.COUNTEREXAMPLE:
+            name = f"*counterexample:* {name}"
+        elif c.get("bears_on") == registry.CONDITION:
+            name = f"*if {inline(c.get('condition') or '')}:* {name}"
+        kind = str(c.get("kind", ""))
+        if kind == registry.STATISTICAL:
+            kind += f" ({c.get('bound')}, failure probability ≤ {registry.format_value(c.get('failure_probability'), 1)})"
+        rows.append([name, inline(kind), inline(c.get("measured", "")), inline(c.get("held_to", "")),
+                     "✓" if c.get("passed") else "✗ **failed**"])
+    table = _table(["Check", "Kind", "Measured", "Held to", "Passed"], rows, ["l", "l", "r", "l", "c"])
+    return "\n".join([head, "", *_container(table, "evidence-table")])
 
 
 def load_report(root: Path) -> tuple[dict | None, str | None]:
@@ -597,6 +704,50 @@ def drop_thebe_config(app, doctree, docname) -> None:
             node.parent.remove(node)
 
 
+def _verdicts_of_document(path: Path) -> dict[tuple[str, str | None], VerdictOutput]:
+    """The verdict outputs stored in the notebook ``path`` (read at parse time), by (ID, model)."""
+    root = path.parent
+    while root != root.parent and not (root / "_toc.yml").exists():
+        root = root.parent
+    scan = scan_notebook(path, root)
+    return {(v.id, v.model): v for v in scan.verdicts}
+
+
+def _verdict_directive():
+    """The ``{verdict}`` directive: ``ID [model]`` → the verdict box, from the stored outputs of
+    the notebook being read (the recording cell itself is removed from the page)."""
+    from docutils import nodes
+    from docutils.statemachine import StringList
+    from sphinx.util import logging
+    from sphinx.util.docutils import SphinxDirective
+
+    logger = logging.getLogger(__name__)
+
+    class VerdictDirective(SphinxDirective):
+        required_arguments = 1
+        optional_arguments = 1
+        has_content = False
+
+        def run(self):
+            claim_id = self.arguments[0]
+            model = self.arguments[1] if len(self.arguments) > 1 else None
+            path = Path(self.env.doc2path(self.env.docname))
+            found = _verdicts_of_document(path) if path.suffix == ".ipynb" else {}
+            v = found.get((claim_id, model))
+            if v is None:
+                where = f" on {model}" if model else ""
+                logger.warning(f"verdict: no stored verdict for {claim_id}{where} in {path.name} "
+                               "(run the notebook: make execute)", location=self.get_location())
+                return []
+            css = {registry.HOLDS: "holds", registry.CONDITIONS: "conditions", registry.FAILS: "fails"}
+            box = nodes.container(classes=["verdict-box", f"verdict-{css.get(v.verdict, 'open')}"])
+            lines = render_verdict_box(v).splitlines()
+            self.state.nested_parse(StringList(lines, source=str(path)), self.content_offset, box)
+            return [box]
+
+    return VerdictDirective
+
+
 STATIC = Path(__file__).resolve().parent / "static"
 
 
@@ -607,6 +758,8 @@ def add_static_path(app, config) -> None:
 def setup(app) -> dict:
     app.connect("config-inited", add_static_path)
     app.add_css_file("claims.css")
+    app.add_css_file("verdict.css")
+    app.add_directive("verdict", _verdict_directive())
     app.connect("source-read", source_read)
     app.connect("builder-inited", check_verdicts)
     app.connect("env-get-outdated", always_reread)

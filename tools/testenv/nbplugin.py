@@ -17,15 +17,21 @@
    a file it does not list counts 10 s for a notebook, 1 s for a test module). With
    ``--dist loadfile --no-loadscope-reorder`` that is the longest-processing-time-first
    schedule: the long units start first and the short ones fill the gaps at the end.
-4. If this pytest process was started with ``tools/testenv`` on ``PYTHONPATH`` (its
+4. After a notebook's cells (default seed), one more item, ``verdicts``, asks the kernel for every
+   verdict the notebook computed (``attnref.book.claims.computed()``) and fails, naming the claim
+   and its failing checks, when one is not the verdict the registry expects (or is *not
+   established*). The seed sweep applies the same test to every seed.
+5. If this pytest process was started with ``tools/testenv`` on ``PYTHONPATH`` (its
    ``sitecustomize`` installed the network guard; kernels inherit the variable), the seed item
    first checks that the notebook's kernel has the guard too.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -33,6 +39,12 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
+
+# Kernels start in the notebook's folder: a relative PYTHONPATH entry (``PYTHONPATH=tools/testenv``)
+# would not reach them, and their network guard would silently be missing. Make every entry absolute.
+if os.environ.get("PYTHONPATH"):
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        str(Path(entry).resolve()) if entry else entry for entry in os.environ["PYTHONPATH"].split(os.pathsep))
 VERDICT_KEY = "attnref_verdict"
 SEED_NAME = "ATTNREF_SEED"
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -125,9 +137,9 @@ def longest_first(root: Path, items) -> None:
 
 
 def add_seed_sweeps(config, items) -> None:
+    """After each notebook's cells: the ``verdicts`` item (if its stored outputs hold verdicts) and,
+    with ``--attnref-seeds``, the seed sweep."""
     seeds = _seeds(config)
-    if not seeds:
-        return
     from nbval.plugin import IPyNbCell, IPyNbFile
 
     result, cells = [], []
@@ -135,8 +147,11 @@ def add_seed_sweeps(config, items) -> None:
     def flush():
         if cells:
             parent = cells[0].parent
-            result.append(SeedSweep.from_parent(parent, name=f"seeds[{','.join(map(str, seeds))}]",
-                                                seeds=seeds, cells=list(cells)))
+            if stored_verdicts(cell.cell for cell in cells):
+                result.append(VerdictCheck.from_parent(parent, name="verdicts"))
+            if seeds:
+                result.append(SeedSweep.from_parent(parent, name=f"seeds[{','.join(map(str, seeds))}]",
+                                                    seeds=seeds, cells=list(cells)))
             cells.clear()
 
     for item in items:
@@ -158,13 +173,66 @@ def add_seed_sweeps(config, items) -> None:
 # stored figures are those of the default seed, drawn by the strict run, and drawing is most of
 # a figure's cost.
 SWEEP_PRELUDE = """%reset -f
-import os as _os
+import os as _os, sys as _sys
+if "attnref.book.claims" in _sys.modules:
+    _sys.modules["attnref.book.claims"].forget()
 _os.environ["ATTNREF_SEED"] = "{seed}"
 _os.environ["ATTNREF_FIGURES"] = "off"
 for _mime in ("image/png", "image/jpeg", "image/svg+xml", "application/pdf"):
     get_ipython().display_formatter.formatters[_mime].enabled = False
-del _os, _mime
+del _os, _sys, _mime
 """
+
+#: Asks the kernel for the verdicts computed so far (a JSON string; "[]" if attnref was never imported).
+COMPUTED_EXPRESSION = ("__import__('json').dumps(__import__('sys').modules['attnref.book.claims'].computed()) "
+                       "if 'attnref.book.claims' in __import__('sys').modules else '[]'")
+
+
+def computed_verdicts(client) -> list[dict]:
+    """The verdicts the notebook's kernel computed (``attnref.book.claims.computed()``)."""
+    reply = client.execute_interactive("", store_history=False, allow_stdin=False, timeout=60,
+                                       user_expressions={"computed": COMPUTED_EXPRESSION})
+    result = reply["content"].get("user_expressions", {}).get("computed", {})
+    if result.get("status") != "ok":
+        raise SweepFailure(f"could not ask the kernel for its verdicts: {result}")
+    return json.loads(ast.literal_eval(result["data"]["text/plain"]))
+
+
+def unexpected(verdicts: list[dict]) -> list[str]:
+    """One message per computed verdict that is not the expected one, naming its failing checks."""
+    out = []
+    for v in verdicts:
+        if v.get("expected") is not None and v.get("verdict") == v.get("expected"):
+            continue
+        where = f" on {v['model']}" if v.get("model") else ""
+        failing = "; ".join(
+            f"{c['name']!r}{' (if ' + c['condition'] + ')' if c.get('condition') else ''}"
+            f"{' (counterexample)' if c.get('bears_on') == 'counterexample' else ''}: "
+            f"measured {c['measured']}, held to {c['held_to']}" for c in v.get("failing", []))
+        expected = v.get("expected") or "no expected verdict in the registry"
+        out.append(f"{v['id']}{where}: computed {v['verdict']!r}, expected {expected!r}; failing checks: "
+                   + (failing or "none (the passing checks fit another verdict)"))
+    return out
+
+
+class VerdictCheck(pytest.Item):
+    """After a notebook ran with the stored seed: every verdict it computed is the expected one."""
+
+    def reportinfo(self):
+        return self.path, None, f"{self.parent.name}::{self.name}"
+
+    def runtest(self):
+        kernel = self.parent.kernel
+        if kernel is None or not kernel.is_alive():
+            raise SweepFailure("the notebook's kernel is not running (a cell above timed out or crashed it)")
+        problems = unexpected(computed_verdicts(kernel.kc))
+        if problems:
+            raise SweepFailure("a verdict is not the expected one:\n  " + "\n  ".join(problems))
+
+    def repr_failure(self, excinfo):
+        if excinfo.errisinstance(SweepFailure):
+            return f"{self.path.name} {self.name}: {excinfo.value}"
+        return super().repr_failure(excinfo)
 
 
 class SweepFailure(Exception):
@@ -234,6 +302,9 @@ class SeedSweep(pytest.Item):
                         continue
                     raise
                 computed.update(verdicts_of(outputs))
+            problems = unexpected(computed_verdicts(client))
+            if problems:
+                raise SweepFailure(f"seed {seed}: a verdict is not the expected one:\n  " + "\n  ".join(problems))
             changed = {cid: (stored[cid], computed.get(cid)) for cid in stored if computed.get(cid) != stored[cid]}
             if changed:
                 detail = "; ".join(f"{cid}: stored {old!r}, computed {new!r}" for cid, (old, new) in changed.items())
@@ -252,11 +323,13 @@ def started_with_testenv() -> bool:
 
 
 def verdicts_of(outputs) -> dict[str, str]:
+    """``{ID or "ID on model": verdict}`` of the verdict outputs among ``outputs``."""
     found = {}
     for output in outputs:
         verdict = (output.get("metadata") or {}).get(VERDICT_KEY)
         if isinstance(verdict, dict) and "id" in verdict:
-            found[verdict["id"]] = verdict.get("verdict")
+            key = verdict["id"] + (f" on {verdict['model']}" if verdict.get("model") else "")
+            found[key] = verdict.get("verdict")
     return found
 
 

@@ -1,0 +1,192 @@
+"""Verdicts follow from recorded evidence by one rule (``attnref.book.claims``), and a broken check
+moves the verdict without stopping the notebook; ``make test`` then fails naming the check.
+
+The rule (the catalogue's "How a verdict is decided"): every check of the claim as stated passes
+→ holds; a counterexample passes and every check under the named conditions passes → holds under
+conditions; a counterexample passes and no condition is named → does not hold; anything else →
+not established.
+"""
+
+from __future__ import annotations
+
+import math
+
+import nbformat
+import pytest
+import torch
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from attnref.analysis import stats
+from attnref.book import claims
+
+
+def evidence(stated=(), counter=(), conditioned=()):
+    e = claims.Evidence("Q1")
+    for i, passed in enumerate(stated):
+        e.true(f"stated {i}", passed, kind=claims.SYMBOLIC)
+    for i, passed in enumerate(counter):
+        e.counterexample.true(f"counterexample {i}", passed, kind=claims.NUMERICAL)
+    for i, passed in enumerate(conditioned):
+        e.under(f"condition {i}").true(f"conditioned {i}", passed, kind=claims.PARITY)
+    return e.verdict("A reason.")
+
+
+@pytest.mark.parametrize("stated, counter, conditioned, verdict", [
+    ((True, True), (), (), claims.HOLDS),
+    ((True,), (False,), (), claims.HOLDS),                       # a counterexample that was not found
+    ((True,), (), (True,), claims.HOLDS),
+    ((True, False), (), (), claims.NOT_ESTABLISHED),             # one stated check fails
+    ((), (True,), (), claims.FAILS),
+    ((False,), (True,), (), claims.FAILS),                       # the claim as stated fails, and is refuted
+    ((), (True,), (True, True), claims.CONDITIONS),
+    ((), (True,), (True, False), claims.NOT_ESTABLISHED),        # a condition's check fails
+    ((True,), (True,), (), claims.NOT_ESTABLISHED),              # holds as stated and refuted: contradictory
+    ((), (), (), claims.NOT_ESTABLISHED),                        # no evidence
+    ((), (False,), (True,), claims.NOT_ESTABLISHED),             # conditions without a counterexample or a stated check
+])
+def test_the_rule(stated, counter, conditioned, verdict):
+    assert evidence(stated, counter, conditioned).verdict == verdict
+
+
+def test_conditions_are_named_by_the_checks_not_typed_beside_the_verdict():
+    v = evidence((), (True,), (True, True))
+    assert v.conditions == ["condition 0", "condition 1"]
+    assert v.metadata["conditions"] == ["condition 0", "condition 1"]
+    assert v.metadata["expected"] == claims.HOLDS and v.metadata["verdict"] == claims.CONDITIONS
+
+
+def test_shorthands_compute_the_outcome():
+    e = claims.Evidence("C3")
+    assert e.exact("integer", 3, 3, kind=claims.SYMBOLIC)
+    assert not e.exact("integer off by one", 4, 3, kind=claims.SYMBOLIC)
+    assert e.close("close", 1.0 + 1e-13, 1.0, 1e-12, kind=claims.NUMERICAL)
+    assert not e.close("NaN is never close", math.nan, 1.0, 1.0, kind=claims.NUMERICAL)
+    assert e.at_most("at most", torch.tensor(0.5), 1.0, kind=claims.NUMERICAL)
+    assert not e.at_least("at least", 0.5, 1.0, kind=claims.NUMERICAL)
+    interval = stats.hoeffding_mean(torch.full((100,), 0.5, dtype=torch.float64), 0.0, 1.0)
+    assert e.within("inside", 0.5, interval)
+    assert not e.within("outside", 2.0, interval)
+    assert e.beyond("excluded", 2.0, interval, side="above")
+    statistical = [c for c in e.checks if c.kind == claims.STATISTICAL]
+    assert all(c.bound == "Hoeffding" and c.failure_probability == 1e-7 for c in statistical)
+    assert e.verdict("x").verdict == claims.NOT_ESTABLISHED
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda e: e.check("a statistical check without a bound", True, kind=claims.STATISTICAL), "names its bound"),
+    (lambda e: e.check("too likely to fail", True, kind=claims.STATISTICAL, bound="Hoeffding",
+                       failure_probability=1e-3), "failure probability"),
+    (lambda e: e.check("x", True, kind="vibes"), "kind must be one of"),
+    (lambda e: e.true("x", 1, kind=claims.NUMERICAL), "computed boolean"),
+    (lambda e: e.true("x", torch.tensor([True, False]), kind=claims.NUMERICAL), "computed boolean"),
+    (lambda e: e.under("").true("x", True, kind=claims.NUMERICAL), "condition must be"),
+    (lambda e: e.verdict(""), "reason"),
+])
+def test_bad_evidence_is_refused(call, message):
+    with pytest.raises(ValueError, match=message):
+        call(claims.Evidence("Q1"))
+
+
+def test_a_check_name_is_recorded_once():
+    e = claims.Evidence("Q1")
+    e.true("same name", True, kind=claims.SYMBOLIC)
+    e.under("a condition").true("same name", True, kind=claims.SYMBOLIC)     # another condition: allowed
+    with pytest.raises(ValueError, match="already recorded"):
+        e.true("same name", True, kind=claims.SYMBOLIC)
+
+
+def test_unknown_claims_and_models_are_refused():
+    with pytest.raises(ValueError, match="unknown claim ID"):
+        claims.Evidence("Z9")
+    with pytest.raises(ValueError, match="unknown model"):
+        claims.Evidence("C3", model="gpt-7")
+    with pytest.raises(ValueError, match="no expected verdict"):
+        claims.expected_verdict("Q1", "all-MiniLM-L6-v2")
+
+
+def test_the_display_shows_the_verdict_reason_and_evidence():
+    v = evidence((True,), (), ())
+    bundle, metadata = v._repr_mimebundle_()
+    assert bundle["text/plain"] == "Q1: holds (1/1 checks passed)"
+    assert bundle["text/markdown"].startswith("**Q1: holds.** A reason.")
+    assert "| stated 0 | symbolic | yes | true | ✓ |" in bundle["text/markdown"]
+    assert metadata[claims.METADATA_KEY]["checks"][0]["name"] == "stated 0"
+
+
+@pytest.mark.parametrize("value, text", [
+    (2, "2"), (12345, "12 345"), (0.000123456, "0.000123"), (3.0e-16, "3·10⁻¹⁶"), (1e-12, "10⁻¹²"),
+    (-2.5e8, "−2.5·10⁸"), (math.inf, "∞"), (True, "yes"), (torch.tensor(7), "7"), (None, "—"),
+])
+def test_values_are_formatted_for_a_reader(value, text):
+    assert claims.format_value(value) == text
+
+
+def test_computed_verdicts_are_collected_for_the_test_harness():
+    claims.forget()
+    evidence((True,), (), ())
+    v = claims.Evidence("Q2")
+    v.true("a failing check", False, kind=claims.NUMERICAL)
+    v.verdict("Reason.")
+    found = {c["id"]: c for c in claims.computed()}
+    assert found["Q1"]["verdict"] == claims.HOLDS and found["Q1"]["failing"] == []
+    assert found["Q2"]["verdict"] == claims.NOT_ESTABLISHED
+    assert found["Q2"]["failing"][0]["name"] == "a failing check"
+    claims.forget()
+    assert claims.computed() == []
+
+
+# ------------------------------------------------------------------------------------------
+# A broken check: the notebook still runs, the verdict changes, the test names the check.
+# ------------------------------------------------------------------------------------------
+
+CLAIM_CELL = '''import os
+from attnref.book import claims
+from attnref.analysis import symbolic as sym
+import sympy as sp
+
+def softmax_jacobian_rank(n):
+    # a plausible bug, switched on from outside: the Jacobian of softmax built as diag(p) + p pᵀ
+    p = sym.softmax(sp.symbols(f"z0:{n}"))
+    sign = 1 if os.environ.get("BREAK_CHECK") == "1" else -1
+    J = sp.diag(*p) + sign * sp.Matrix(p) * sp.Matrix(p).T
+    return J.subs({s: 0 for s in J.free_symbols}).rank()
+
+q3 = claims.Evidence("Q3")
+q3.exact("rank of the softmax Jacobian at z = 0, n = 3", softmax_jacobian_rank(3), 2, kind=claims.SYMBOLIC)
+q3.exact("rank of the softmax Jacobian at z = 0, n = 4", softmax_jacobian_rank(4), 3, kind=claims.SYMBOLIC)
+'''
+VERDICT_CELL = 'q3.verdict("The Jacobian of softmax has rank $n - 1$.")'
+
+
+def write_claim_notebook(path):
+    """A one-claim notebook, executed once (unbroken) so that its stored outputs are real."""
+    from nbclient import NotebookClient
+    nb = new_notebook(cells=[new_markdown_cell("(claim-q3)=\n## Q3"), new_code_cell(CLAIM_CELL),
+                             new_code_cell(VERDICT_CELL)],
+                      metadata={"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}})
+    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    nbformat.write(nb, path)
+    return nb
+
+
+def test_a_broken_check_changes_the_verdict_and_the_test_names_it(pytester, monkeypatch):
+    notebooks = pytester.path / "notebooks"
+    notebooks.mkdir()
+    stored = write_claim_notebook(notebooks / "claim.ipynb")
+    assert stored.cells[2].outputs[0]["metadata"][claims.METADATA_KEY]["verdict"] == claims.HOLDS
+
+    monkeypatch.setenv("BREAK_CHECK", "1")
+    result = pytester.runpytest_inprocess("-p", "nbplugin", "-p", "no:xdist", "--nbval-lax",
+                                           "--nbval-current-env", "-rA", "notebooks")
+    output = result.stdout.str()
+    # Every cell of the notebook ran (nothing raised) ...
+    assert "PASSED notebooks/claim.ipynb::Cell 0" in output and "PASSED notebooks/claim.ipynb::Cell 1" in output, output
+    # ... the verdict moved, and the failure names the claim and the broken check.
+    assert "FAILED notebooks/claim.ipynb::verdicts" in output, output
+    assert ("Q3: computed 'not established', expected 'holds'; failing checks: "
+            "'rank of the softmax Jacobian at z = 0, n = 3': measured 3, held to = 2") in output, output
+
+    monkeypatch.setenv("BREAK_CHECK", "0")
+    result = pytester.runpytest_inprocess("-p", "nbplugin", "-p", "no:xdist", "--nbval-lax",
+                                           "--nbval-current-env", "-rA", "notebooks")
+    assert "PASSED notebooks/claim.ipynb::verdicts" in result.stdout.str(), result.stdout.str()
