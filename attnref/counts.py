@@ -170,22 +170,34 @@ def matmul_multiply_adds(a_shape: tuple, b_shape: tuple) -> int:
     return p * q * r
 
 
-def score_multiply_adds(n, d, d_k, m=None, fused: bool = False):
+def score_multiply_adds(n, d, d_k, m=None, fused: bool = False, project_keys: bool = True):
     r"""Multiply–adds of one head's score matrix :math:`S \in \mathbb{R}^{n \times m}`.
 
     Factored (``fused=False``), :math:`S = (X_q W_i^Q)(X_k W_i^K)^\top`:
-    :math:`n d d_k + m d d_k + n m d_k` (:math:`2 n d d_k + n^2 d_k` in self-attention).
+    :math:`n d d_k + m d d_k + n m d_k` (:math:`2 n d d_k + n^2 d_k` in self-attention). With
+    ``project_keys=False`` the keys :math:`K_i = X_k W_i^K` are already at hand (a cache of
+    projected keys) and their :math:`m d d_k` is not counted.
 
     Fused (``fused=True``), :math:`S = (X_q W_i) X_k^\top` with the stored
     :math:`W_i = W_i^Q W_i^{K\top} \in \mathbb{R}^{d\times d}`: :math:`n d^2 + n m d`
-    (:math:`n d^2 + n^2 d`); forming :math:`W_i` itself (:math:`d^2 d_k`, once per weight
-    update) is not included. ``m`` defaults to ``n``.
+    (:math:`n d^2 + n^2 d`). It reads the raw key inputs :math:`X_k`: "absorbing" :math:`W_i^K`
+    into the query, so no key is ever projected (``project_keys`` does not apply). Forming
+    :math:`W_i` itself (:math:`d^2 d_k`, once per weight update) is not included. ``m``
+    defaults to ``n``.
+
+    Three regimes follow (chapter 5, H4): self-attention (:math:`m = n`, keys projected once)
+    and a cache of projected keys favour the factors; few queries over many cached *raw*
+    inputs favour the fused matrix.
     """
+    if not isinstance(project_keys, bool):
+        raise ValueError(f"project_keys must be a bool, got {project_keys!r}")
+    if not isinstance(fused, bool):
+        raise ValueError(f"fused must be a bool, got {fused!r}")
     m = n if m is None else m
     n, m, d, d_k = _size("n", n), _size("m", m), _size("d", d), _size("d_k", d_k)
     if not fused:
         queries = matmul_multiply_adds((n, d), (d, d_k))     # Q_i = X_q W_i^Q: (n, d)(d, d_k)
-        keys = matmul_multiply_adds((m, d), (d, d_k))        # K_i = X_k W_i^K: (m, d)(d, d_k)
+        keys = matmul_multiply_adds((m, d), (d, d_k)) if project_keys else 0   # K_i = X_k W_i^K: (m, d)(d, d_k)
         scores = matmul_multiply_adds((n, d_k), (d_k, m))    # Q_i K_iᵀ: (n, d_k)(d_k, m)
         return queries + keys + scores
     projected = matmul_multiply_adds((n, d), (d, d))         # X_q W_i: (n, d)(d, d)

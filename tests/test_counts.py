@@ -119,3 +119,36 @@ def test_score_multiply_adds_bad_sizes():
         counts.score_multiply_adds(4, 8, -1)
     with pytest.raises(ValueError, match="n must be a positive int or a sympy symbol, got True"):
         counts.score_multiply_adds(True, 8, 2)
+
+
+def test_score_multiply_adds_with_cached_projected_keys():
+    n, m, d, d_k = sp.symbols("n m d d_k", positive=True)
+    cached = counts.score_multiply_adds(n, d, d_k, m=m, project_keys=False)
+    assert sp.expand(cached - (n * d * d_k + n * m * d_k)) == 0
+    # The fused form reads the raw inputs: project_keys does not change it.
+    assert counts.score_multiply_adds(1, 64, 8, m=100, fused=True, project_keys=False) == 64**2 + 100 * 64
+    with pytest.raises(ValueError, match="project_keys must be a bool, got 'no'"):
+        counts.score_multiply_adds(4, 8, 2, project_keys="no")
+    with pytest.raises(ValueError, match="fused must be a bool, got 1"):
+        counts.score_multiply_adds(4, 8, 2, fused=1)
+
+
+@pytest.mark.parametrize("n, m, d, d_k", [(7, 7, 16, 4), (1, 50, 32, 8), (5, 3, 12, 12)])
+def test_score_multiply_adds_match_torch_flop_counter(n, m, d, d_k):
+    """torch's FlopCounterMode counts 2 flops per multiply–add of every matmul it runs."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    x_q, x_k = torch.ones(n, d), torch.ones(m, d)          # values do not matter: shapes do
+    w_q, w_k = torch.ones(d, d_k), torch.ones(d, d_k)
+    w_fused = w_q @ w_k.T
+    k_cached = x_k @ w_k
+    runs = {
+        (False, True): lambda: (x_q @ w_q) @ (x_k @ w_k).T,
+        (False, False): lambda: (x_q @ w_q) @ k_cached.T,
+        (True, True): lambda: (x_q @ w_fused) @ x_k.T,
+    }
+    for (fused, project_keys), run in runs.items():
+        with FlopCounterMode(display=False) as counter:
+            run()
+        expected = counts.score_multiply_adds(n, d, d_k, m=m, fused=fused, project_keys=project_keys)
+        assert counter.get_total_flops() == 2 * expected
