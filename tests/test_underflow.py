@@ -83,3 +83,44 @@ def test_bracket_that_misses_the_threshold_is_rejected():
 def test_negative_tolerance_is_rejected(tolerance):
     with pytest.raises(ValueError, match="tolerance"):
         underflow.softmax_underflow_gap(torch.float64, tolerance=tolerance)
+
+
+def test_spacing_is_the_gap_to_the_next_number():
+    assert underflow.spacing(17.3, torch.float16) == 2.0 ** -6
+    assert underflow.spacing(92.9, torch.bfloat16) == 0.5
+    assert underflow.spacing(1.0, torch.float64) == 2.0 ** -52
+    for value in (0.0, math.inf, math.nan):
+        with pytest.raises(ValueError, match="value"):
+            underflow.spacing(value, torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_underflow_gap_is_the_first_representable_gap_beyond_the_formula(dtype):
+    gap = underflow.softmax_underflow_gap(dtype)
+    expected = underflow.neg_log_smallest_subnormal(dtype) + math.log(2)
+    assert abs(gap - expected) <= underflow.spacing(expected, dtype)
+    assert underflow.second_weight(gap - underflow.spacing(gap, dtype), dtype) > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_top_weight_becomes_one_where_the_normaliser_rounds_to_one(dtype):
+    gap = underflow.softmax_saturation_gap(dtype)
+    expected = math.log(2 / torch.finfo(dtype).eps)          # 1 + e^{-g} rounds to 1
+    assert abs(gap - expected) <= underflow.spacing(expected, dtype)
+    assert underflow.top_weight(gap, dtype) == 1.0
+    assert underflow.top_weight(0.9 * gap, dtype) < 1.0
+
+
+def test_torch_half_precision_softmax_saturates_later_than_one_rounding_in_the_format():
+    # torch accumulates in float32 and rounds the quotient once: 1 - e^{-g} rounds to 1 only
+    # below half the spacing under 1, i.e. beyond ln(4/eps).
+    gap = underflow.softmax_saturation_gap(torch.float16, softmax=lambda z: torch.softmax(z, dim=-1))
+    expected = math.log(4 / torch.finfo(torch.float16).eps)
+    assert abs(gap - expected) <= underflow.spacing(expected, torch.float16)
+
+
+def test_saturation_bracket_that_misses_the_threshold_is_rejected():
+    with pytest.raises(ValueError, match="still below 1 at high"):
+        underflow.softmax_saturation_gap(torch.float64, low=0.0, high=10.0)
+    with pytest.raises(ValueError, match="already exactly 1 at low"):
+        underflow.softmax_saturation_gap(torch.float64, low=50.0, high=60.0)
