@@ -26,33 +26,46 @@ Conventions
   ``key_padding_mask`` and boolean ``attn_mask`` mean the opposite; attnref converts.)
 * Checks run in float64. float32 inputs are accepted and computed in float32.
 
-Modules
--------
+Layout
+------
+The attention math is at the top of the package; everything else has its own place.
+
 ``attention``        softmax and single-head attention in all its forms (scaled dot-product,
                      additive, Luong, cosine, parameter-free, linear/bra-ket, GAT, GATv2)
 ``multihead``        multi-head attention per head and packed; conversion from/to torch
-``layers``           LayerNorm, feed-forward network, post-LN encoder layer, positional encoding
-``counts``           parameter and multiply–add counts, Vaswani et al. (2017) Table 3
-``symbolic``         sympy helpers (symbol matrices, homogeneity degree, expectations)
-``series``           truncated power series in a small parameter (fast, for sympy expansions)
-``lowrank``          exact and numerical ranks, rank modulo row shifts, single-head fits
-``logit_scale``      standardised random components, entropy, softmax Jacobian, slope bands
-``underflow``        the logit gap at which a softmax weight underflows to zero
+``layers``           LayerNorm, feed-forward network, the encoder layer's weights, positional encoding
+``blocks``           post-LN, pre-LN and causal decoder-only layers, stacks of layers
+``rope``             rotary position embeddings
 ``sequence_layers``  position-wise and sliding-window linear layers as Conv1d
-``hull``             2-D convex hulls and separating directions
-``minilm``           all-MiniLM-L6-v2 built from attnref's parts (imported on demand only)
-``seeding``          the one seeded source of randomness (``ATTNREF_SEED``)
-``stats``            Monte-Carlo estimates with confidence bounds from the sample size
-``plotting``         the book's figure style
-``claims``           the claims registry and computed verdicts
+``counts``           parameter and multiply–add counts, Vaswani et al. (2017) Table 3
+``_validate``        the input checks (one per kind of argument)
+``analysis/``        the chapters' analysis helpers: ``stats`` (bounds with stated failure
+                     probability), ``symbolic`` (sympy), ``series``, ``lowrank``, ``logit_scale``,
+                     ``underflow``, ``hull``
+``models/``          trained models rebuilt from attnref's parts: ``minilm`` (all-MiniLM-L6-v2;
+                     imported on demand only)
+``book/``            the book's plumbing: ``claims`` (registry, evidence, verdicts), ``seeding``
+                     (the one seeded source of randomness, ``ATTNREF_SEED``), ``plotting``
+
+One vocabulary
+--------------
+Every attention takes ``query, key, value`` (``x`` where one tensor is all three), the inverse
+temperature is ``beta``, and every attention accepts the same masks — ``mask`` (boolean, True =
+may attend, or additive; per-head masks ``(..., h, n, m)`` in multi-head attention),
+``key_mask`` (``(..., m)``, False = padding) and ``causal`` (a bool) — and returns an
+:class:`AttentionResult` ``(output, weights)``. Weight dataclasses have ``.to(device, dtype)``
+and their constructors take ``dtype``/``device``.
 
 Input policy
 ------------
 Bad input raises ``ValueError`` naming the argument and the shapes: wrong rank, mismatched
-widths or lengths, non-floating dtypes, mixed dtypes, NaN or ±inf in queries, keys, values or
-weights (additive masks may hold ``-inf``), masks of the wrong shape or dtype. A query row
-whose keys are all masked out gets all-zero weights and a zero output (documented in
-:func:`attnref.attention.softmax`).
+widths or lengths, batch dimensions that do not broadcast, non-floating dtypes, mixed dtypes
+or devices, NaN or ±inf in queries, keys, values or weights (additive masks may hold ``-inf``),
+masks of the wrong shape, dtype or device, a ``causal`` that is not a bool, a ``scale``,
+``beta`` or ``eps`` that is not a finite real of the right shape. A query row whose keys are
+all masked out — or that has no key at all (``m = 0``) — gets all-zero weights and a zero
+output (documented in :func:`attnref.attention.softmax`); ``n = 0`` queries give empty results.
+
 """
 
 from attnref.attention import (
@@ -70,6 +83,7 @@ from attnref.attention import (
     scaled_dot_product_attention,
     softmax,
 )
+from attnref.blocks import StackResult, decoder_layer, post_ln_layer, pre_ln_layer, stack_layers
 from attnref.layers import (
     EncoderLayer,
     FeedForward,
@@ -95,6 +109,7 @@ from attnref.counts import (
 
 __all__ = [
     "AttentionResult",
+    "StackResult",
     "EncoderLayer",
     "FeedForward",
     "LayerNormParams",
@@ -105,6 +120,7 @@ __all__ = [
     "attention_parameter_count",
     "cosine_attention",
     "cosine_scores",
+    "decoder_layer",
     "encoder_layer",
     "encoder_layer_with_weights",
     "encoder_layer_parameter_count",
@@ -119,8 +135,11 @@ __all__ = [
     "multi_head_attention",
     "multi_head_attention_packed",
     "parameter_free_self_attention",
+    "post_ln_layer",
+    "pre_ln_layer",
     "scaled_dot_product_attention",
     "sinusoidal_positional_encoding",
     "softmax",
+    "stack_layers",
     "transformer_parameter_count",
 ]

@@ -6,9 +6,14 @@ caller never meets a bare broadcasting error from torch or, worse, a silent wron
 
 from __future__ import annotations
 
+import functools
+import math
+from typing import Callable, TypeVar
+
 import torch
 
 Tensor = torch.Tensor
+F = TypeVar("F", bound=Callable)
 
 
 def shape_of(x: Tensor) -> str:
@@ -40,12 +45,13 @@ def floating(name: str, x: Tensor, *, min_dim: int = 1, max_dim: int | None = No
 
 
 def same_dtype(**tensors: Tensor | None) -> torch.dtype:
-    """All given tensors share one dtype; return it."""
+    """All given tensors share one dtype (and one device); return the dtype."""
     present = {k: v for k, v in tensors.items() if v is not None}
     dtypes = {v.dtype for v in present.values()}
     if len(dtypes) > 1:
         listing = ", ".join(f"{k}: {v.dtype} {shape_of(v)}" for k, v in present.items())
         raise ValueError(f"inputs must share one dtype, got {listing}")
+    same_device(**present)
     return dtypes.pop()
 
 
@@ -85,3 +91,133 @@ def positive_int(name: str, value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
     return value
+
+
+def same_device(**tensors: Tensor | None) -> torch.device:
+    """All given tensors live on one device; return it."""
+    present = {k: v for k, v in tensors.items() if v is not None}
+    devices = {v.device for v in present.values()}
+    if len(devices) > 1:
+        listing = ", ".join(f"{k}: {v.device} {shape_of(v)}" for k, v in present.items())
+        raise ValueError(f"inputs must be on one device, got {listing}")
+    return devices.pop()
+
+
+def boolean(name: str, value: object) -> bool:
+    """A real ``bool`` (a truthy string such as ``"no"`` must not switch a mask on)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
+    return value
+
+
+def real_number(name: str, value: object, *, nonnegative: bool = False) -> float | Tensor:
+    """A finite real: a Python ``int``/``float`` (not ``bool``) or a 0-dimensional floating tensor."""
+    if isinstance(value, torch.Tensor):
+        if value.dim() != 0 or not value.is_floating_point():
+            raise ValueError(f"{name} must be a real number or a 0-dimensional floating tensor, got a "
+                             f"{value.dtype} tensor of shape {shape_of(value)}")
+        number = float(value.detach())
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value)
+    else:
+        raise ValueError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be finite, got {number}")
+    if nonnegative and number < 0:
+        raise ValueError(f"{name} must be ≥ 0, got {number}")
+    return value
+
+
+def vector(name: str, x: Tensor | None, length: int, like: Tensor, like_name: str) -> Tensor | None:
+    """``None`` or a finite ``(length,)`` tensor with the dtype and device of ``like`` (biases, gains)."""
+    if x is None:
+        return None
+    floating(name, x)
+    if tuple(x.shape) != (length,):
+        raise ValueError(f"{name} has shape {shape_of(x)}, expected ({length},) for {like_name} {shape_of(like)}")
+    same_dtype(**{like_name: like, name: x})
+    return x
+
+
+def mask(value: Tensor, scores_shape: tuple[int, ...], dtype: torch.dtype, device: torch.device,
+         name: str = "mask", shape_name: str = "the scores' shape (..., n, m)") -> Tensor:
+    """A boolean (True = may attend) or additive mask that broadcasts to ``scores_shape``."""
+    if not isinstance(value, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+    if value.dtype != torch.bool and value.dtype != dtype:
+        raise ValueError(
+            f"{name} must be boolean (True = may attend) or additive with the inputs' dtype {dtype}, "
+            f"got {value.dtype} with shape {shape_of(value)}"
+        )
+    if value.device != device:
+        raise ValueError(f"{name} of shape {shape_of(value)} is on {value.device}, the inputs on {device}")
+    scores_shape = tuple(scores_shape)
+    if broadcast_shapes(tuple(value.shape), scores_shape) != scores_shape:
+        raise ValueError(f"{name} of shape {shape_of(value)} does not broadcast to {shape_name} = {scores_shape}")
+    if value.dtype != torch.bool:
+        if torch.isnan(value).any() or torch.isposinf(value).any():
+            raise ValueError(f"additive {name} of shape {shape_of(value)} contains NaN or +inf")
+    return value
+
+
+def key_mask(value: Tensor, keys_name: str, keys: Tensor) -> Tensor:
+    """A boolean ``key_mask`` with the key positions of ``keys`` (its shape without the width);
+    returns it as a mask ``(..., 1, m)`` over the scores."""
+    if not isinstance(value, torch.Tensor) or value.dtype != torch.bool:
+        raise ValueError(f"key_mask must be a boolean tensor (True = real key), got "
+                         f"{getattr(value, 'dtype', type(value).__name__)}")
+    if tuple(value.shape) != tuple(keys.shape[:-1]):
+        raise ValueError(f"key_mask has shape {shape_of(value)}, expected the key positions "
+                         f"{tuple(keys.shape[:-1])} of {keys_name} {shape_of(keys)}")
+    if value.device != keys.device:
+        raise ValueError(f"key_mask of shape {shape_of(value)} is on {value.device}, {keys_name} on {keys.device}")
+    return value[..., None, :]                                  # (..., 1, m)
+
+
+def combine_masks(mask: Tensor | None, keep: Tensor | None) -> Tensor | None:
+    """``mask`` (boolean or additive) with the positions where the boolean ``keep`` is False removed."""
+    if keep is None:
+        return mask
+    if mask is None:
+        return keep
+    if mask.dtype != torch.bool:
+        return mask.masked_fill(~keep, float("-inf"))   # additive mask: removed positions to -inf
+    return mask & keep
+
+
+def strength(name: str, value: float | Tensor, scores_shape: tuple[int, ...], dtype: torch.dtype,
+             device: torch.device) -> float | Tensor:
+    """An inverse temperature: a finite real, or a tensor of one strength per query — last axis 1,
+    broadcastable with the scores ``(..., n, m)`` (a ``(m,)`` tensor would silently act per key)."""
+    if not isinstance(value, torch.Tensor) or value.dim() == 0:
+        return real_number(name, value)
+    floating(name, value)
+    if value.dtype != dtype or value.device != device:
+        raise ValueError(f"{name} is {value.dtype} on {value.device} (shape {shape_of(value)}), the inputs "
+                         f"{dtype} on {device}")
+    if value.shape[-1] != 1 or broadcast_shapes(tuple(value.shape), tuple(scores_shape)) is None:
+        raise ValueError(f"{name} of shape {shape_of(value)} must hold one value per query: shape (..., n, 1) "
+                         f"broadcastable with the scores (..., n, m) = {tuple(scores_shape)}")
+    return value
+
+
+# ------------------------------------------------------------------------------------------
+# COMPATIBILITY SHIM — old keyword names, kept until every call site uses the new ones.
+# Remove `renamed` and its uses once the notebooks are updated (see the list in each use).
+# ------------------------------------------------------------------------------------------
+
+def renamed(**old_to_new: str) -> Callable[[F], F]:
+    """Accept the old keyword names of a function's arguments (no warning), e.g.
+    ``@renamed(queries="query", keys="key")``."""
+    def decorate(function: F) -> F:
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            for old, new in old_to_new.items():
+                if old in kwargs:
+                    if new in kwargs:
+                        raise TypeError(f"{function.__name__}() got both {old!r} (old name) and {new!r}")
+                    kwargs[new] = kwargs.pop(old)
+            return function(*args, **kwargs)
+        wrapper.__renamed__ = dict(old_to_new)
+        return wrapper  # type: ignore[return-value]
+    return decorate

@@ -1,7 +1,9 @@
 """Single-head attention in all the forms the claims talk about.
 
-Shapes use the letters of the package docstring: queries ``(..., n, d_k)``, keys
-``(..., m, d_k)``, values ``(..., m, d_v)``, scores and weights ``(..., n, m)``.
+Shapes use the letters of the package docstring: query ``(..., n, d_k)``, key
+``(..., m, d_k)``, value ``(..., m, d_v)``, scores and weights ``(..., n, m)``. Every attention
+takes the same masks (``mask``, ``key_mask``, ``causal``; see :func:`combined_mask`) and returns
+an :class:`AttentionResult`.
 """
 
 from __future__ import annotations
@@ -32,11 +34,14 @@ def softmax(logits: Tensor, dim: int = -1) -> Tensor:
 
     ``-inf`` logits mean "masked": they get weight 0. A row whose logits are all ``-inf`` (a
     fully masked query) gets all-zero weights — not NaN — so that its attention output is the
-    zero vector. ``+inf`` and NaN are rejected.
+    zero vector. An empty row (no key at all, ``m = 0``) is the same case: its softmax is the
+    empty vector and its attention output the zero vector. ``+inf`` and NaN are rejected.
     """
     check.floating("logits", logits, min_dim=1, allow_inf=True)
     if torch.isposinf(logits).any():
         raise ValueError(f"logits contain +inf (shape {check.shape_of(logits)}); only -inf (masked) is allowed")
+    if logits.shape[dim] == 0:
+        return logits * 1.0                                       # m = 0: the empty distribution
     row_max = logits.amax(dim=dim, keepdim=True)
     # A fully masked row has max -inf; shift it by 0 instead so that no -inf - -inf = NaN appears.
     row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
@@ -47,58 +52,77 @@ def softmax(logits: Tensor, dim: int = -1) -> Tensor:
     return exps / normaliser
 
 
-def _check_mask(mask: Tensor, scores_shape: torch.Size, dtype: torch.dtype) -> None:
-    if not isinstance(mask, torch.Tensor):
-        raise ValueError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
-    if mask.dtype != torch.bool and mask.dtype != dtype:
-        raise ValueError(
-            f"mask must be boolean (True = may attend) or additive with the inputs' dtype {dtype}, "
-            f"got {mask.dtype} with shape {check.shape_of(mask)}"
-        )
-    broadcast = check.broadcast_shapes(tuple(mask.shape), tuple(scores_shape))
-    if broadcast != tuple(scores_shape):
-        raise ValueError(
-            f"mask of shape {check.shape_of(mask)} does not broadcast to the scores' shape "
-            f"(..., n, m) = {tuple(scores_shape)}"
-        )
-    if mask.dtype != torch.bool:
-        if torch.isnan(mask).any() or torch.isposinf(mask).any():
-            raise ValueError(f"additive mask of shape {check.shape_of(mask)} contains NaN or +inf")
+def scores_shape(query: Tensor, key: Tensor) -> tuple[int, ...]:
+    """The shape ``(..., n, m)`` of the scores of ``query (..., n, ·)`` against ``key (..., m, ·)``."""
+    batch = check.broadcast_shapes(tuple(query.shape[:-2]), tuple(key.shape[:-2]))
+    return tuple(batch) + (query.shape[-2], key.shape[-2])
+
+
+def combined_mask(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device,
+                  mask: Tensor | None = None, key_mask: Tensor | None = None, causal: bool = False,
+                  keys_name: str = "key", keys: Tensor | None = None) -> Tensor | None:
+    """Check ``mask``, ``key_mask`` and ``causal`` against scores of ``shape`` and combine them.
+
+    The one meaning of the masks, for every attention in attnref:
+
+    * ``mask``: boolean (True = may attend) or additive (added to the scores, ``-inf`` removes),
+      broadcastable to the scores ``(..., n, m)`` — per-head masks are ``(..., h, n, m)``;
+    * ``key_mask``: boolean with the key positions (the keys' shape without the width),
+      True for a real key, False for padding (torch's ``key_padding_mask`` is its negation);
+    * ``causal``: query ``i`` keeps key ``j`` only when ``j ≤ i`` (top-left aligned, as torch's
+      ``is_causal``).
+
+    Returns one boolean or additive mask broadcastable to ``shape``, or ``None``.
+    """
+    check.boolean("causal", causal)
+    if mask is not None:
+        check.mask(mask, shape, dtype, device)
+    keep = None if key_mask is None else check.key_mask(key_mask, keys_name, keys)   # (..., 1, m)
+    if causal:
+        n, m = shape[-2], shape[-1]
+        lower = torch.ones(n, m, dtype=torch.bool, device=device).tril()             # (n, m): j ≤ i
+        keep = lower if keep is None else keep & lower
+    if keep is not None and check.broadcast_shapes(tuple(keep.shape), tuple(shape)) != tuple(shape):
+        raise ValueError(f"key_mask of shape {check.shape_of(key_mask)} does not broadcast to the scores' "
+                         f"shape (..., n, m) = {tuple(shape)}")
+    return check.combine_masks(mask, keep)
 
 
 def apply_mask(scores: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
     """Scores with masked positions set to ``-inf`` (boolean mask) or shifted (additive mask).
 
-    ``causal=True`` keeps key ``j`` for query ``i`` only when ``j ≤ i`` (top-left aligned, as
-    torch's ``is_causal``).
+    ``mask`` and ``causal`` as in :func:`combined_mask`.
     """
-    if mask is not None:
-        _check_mask(mask, scores.shape, scores.dtype)
-        if mask.dtype == torch.bool:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        else:
-            scores = scores + mask
-    if causal:
-        n, m = scores.shape[-2], scores.shape[-1]
-        causal_mask = torch.ones(n, m, dtype=torch.bool, device=scores.device).tril()  # (n, m)
-        scores = scores.masked_fill(~causal_mask, float("-inf"))
-    return scores
+    return _masked(scores, combined_mask(tuple(scores.shape), scores.dtype, scores.device, mask, causal=causal))
 
 
-def attention_from_scores(scores: Tensor, values: Tensor, mask: Tensor | None = None,
-                          causal: bool = False) -> AttentionResult:
+def _masked(scores: Tensor, full_mask: Tensor | None) -> Tensor:
+    if full_mask is None:
+        return scores
+    if full_mask.dtype == torch.bool:
+        return scores.masked_fill(~full_mask, float("-inf"))
+    return scores + full_mask
+
+
+@check.renamed(values="value")
+def attention_from_scores(scores: Tensor, value: Tensor, mask: Tensor | None = None,
+                          causal: bool = False, key_mask: Tensor | None = None) -> AttentionResult:
     r"""``softmax(mask(S)) V`` for any score matrix ``S`` (additive, cosine, GAT, …).
 
     :math:`\alpha_{ij} = \mathrm{softmax}_j(s_{ij})`, :math:`y_i = \sum_j \alpha_{ij} v_j`.
+    ``scores (..., n, m)``, ``value (..., m, d_v)``; ``key_mask`` has the shape ``(..., m)`` of
+    the value positions.
     """
     check.floating("scores", scores, min_dim=2)
-    check.floating("values", values, min_dim=2)
-    check.same_dtype(scores=scores, values=values)
-    check.dim_equal("scores and values must cover the same keys", "scores", scores, -1, "values", values, -2)
-    check.batch_compatible(("scores", "values"), (scores, values))
-    scores = apply_mask(scores, mask, causal)
+    check.floating("value", value, min_dim=2)
+    check.same_dtype(scores=scores, value=value)
+    check.dim_equal("scores and value must cover the same keys", "scores", scores, -1, "value", value, -2)
+    check.batch_compatible(("scores", "value"), (scores, value))
+    full_mask = combined_mask(tuple(scores.shape), scores.dtype, scores.device, mask, key_mask, causal,
+                              "value", value)
+    scores = _masked(scores, full_mask)
     weights = softmax(scores, dim=-1)     # (..., n, m)
-    output = weights @ values             # (..., n, m) @ (..., m, d_v) -> (..., n, d_v)
+    output = weights @ value              # (..., n, m) @ (..., m, d_v) -> (..., n, d_v)
     return AttentionResult(output, weights)
 
 
@@ -112,9 +136,17 @@ def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
     check.batch_compatible(("query", "key", "value"), (query, key, value))
 
 
+def _check_query_key(query: Tensor, key: Tensor) -> None:
+    check.floating("query", query, min_dim=2)
+    check.floating("key", key, min_dim=2)
+    check.same_dtype(query=query, key=key)
+    check.dim_equal("query and key must have the same width", "query", query, -1, "key", key, -1)
+    check.batch_compatible(("query", "key"), (query, key))
+
+
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
                                  mask: Tensor | None = None, causal: bool = False,
-                                 scale: float | None = None) -> AttentionResult:
+                                 scale: float | None = None, key_mask: Tensor | None = None) -> AttentionResult:
     r"""Scaled dot-product attention of Vaswani et al. (2017), eq. 1.
 
     .. math:: \mathrm{Attention}(Q, K, V) = \mathrm{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_k}}\right) V
@@ -123,65 +155,77 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
         query: ``(..., n, d_k)``; key: ``(..., m, d_k)``; value: ``(..., m, d_v)``.
         mask: boolean (True = may attend) or additive, broadcastable to ``(..., n, m)``.
         causal: keep only keys ``j ≤ i`` (combined with ``mask`` if both are given).
-        scale: factor on the scores, default ``1/√d_k``.
+        scale: factor on the scores, default ``1/√d_k`` (``d_k = 0`` then raises ``ValueError``).
+        key_mask: boolean ``(..., m)``, False for padding keys.
 
-    Returns the output ``(..., n, d_v)`` and the weights ``(..., n, m)``.
+    Returns the output ``(..., n, d_v)`` and the weights ``(..., n, m)``. Empty in, empty out:
+    ``n = 0`` gives empty results; ``m = 0`` (no key) gives ``(..., n, 0)`` weights and a zero
+    output, like a fully masked query.
     """
     _check_qkv(query, key, value)
     d_k = query.shape[-1]
+    if scale is None and d_k == 0:
+        raise ValueError(f"query {check.shape_of(query)} and key {check.shape_of(key)} have width d_k = 0: "
+                         "the default scale 1/√d_k is undefined (pass scale=...)")
+    if scale is not None:
+        check.real_number("scale", scale)
+    full_mask = combined_mask(scores_shape(query, key), query.dtype, query.device, mask, key_mask, causal,
+                              "key", key)
     scale = 1.0 / math.sqrt(d_k) if scale is None else scale
     scores = query @ key.transpose(-2, -1)   # (..., n, d_k) @ (..., d_k, m) -> (..., n, m)
     scores = scores * scale                  # divide by √d_k
-    scores = apply_mask(scores, mask, causal)
+    scores = _masked(scores, full_mask)
     weights = softmax(scores, dim=-1)        # (..., n, m)
     output = weights @ value                 # (..., n, m) @ (..., m, d_v) -> (..., n, d_v)
     return AttentionResult(output, weights)
 
 
-def luong_dot_scores(queries: Tensor, keys: Tensor) -> Tensor:
+@check.renamed(queries="query", keys="key")
+def luong_dot_scores(query: Tensor, key: Tensor) -> Tensor:
     r"""Luong et al. (2015) "dot" score :math:`e_{ij} = s_i \cdot h_j`; ``(..., n, m)``."""
-    check.floating("queries", queries, min_dim=2)
-    check.floating("keys", keys, min_dim=2)
-    check.same_dtype(queries=queries, keys=keys)
-    check.dim_equal("queries and keys must have the same width", "queries", queries, -1, "keys", keys, -1)
-    return queries @ keys.transpose(-2, -1)   # (..., n, d) @ (..., d, m) -> (..., n, m)
+    _check_query_key(query, key)
+    return query @ key.transpose(-2, -1)     # (..., n, d) @ (..., d, m) -> (..., n, m)
 
 
-def luong_general_scores(queries: Tensor, keys: Tensor, weight: Tensor) -> Tensor:
+@check.renamed(queries="query", keys="key")
+def luong_general_scores(query: Tensor, key: Tensor, weight: Tensor) -> Tensor:
     r"""Luong et al. (2015) "general" score :math:`e_{ij} = s_i^\top W h_j` (row form ``S W Hᵀ``).
 
-    ``queries (..., n, d_s)``, ``keys (..., m, d_h)``, ``weight (d_s, d_h)``.
+    ``query (..., n, d_s)``, ``key (..., m, d_h)``, ``weight (d_s, d_h)``.
     """
-    check.floating("queries", queries, min_dim=2)
-    check.floating("keys", keys, min_dim=2)
+    check.floating("query", query, min_dim=2)
+    check.floating("key", key, min_dim=2)
     check.floating("weight", weight, exact_dim=2)
-    check.same_dtype(queries=queries, keys=keys, weight=weight)
-    check.dim_equal("weight rows must match the query width", "queries", queries, -1, "weight", weight, 0)
-    check.dim_equal("weight columns must match the key width", "keys", keys, -1, "weight", weight, 1)
-    projected = queries @ weight                  # (..., n, d_s) @ (d_s, d_h) -> (..., n, d_h)
-    return projected @ keys.transpose(-2, -1)    # (..., n, d_h) @ (..., d_h, m) -> (..., n, m)
+    check.same_dtype(query=query, key=key, weight=weight)
+    check.dim_equal("weight rows must match the query width", "query", query, -1, "weight", weight, 0)
+    check.dim_equal("weight columns must match the key width", "key", key, -1, "weight", weight, 1)
+    check.batch_compatible(("query", "key"), (query, key))
+    projected = query @ weight                   # (..., n, d_s) @ (d_s, d_h) -> (..., n, d_h)
+    return projected @ key.transpose(-2, -1)     # (..., n, d_h) @ (..., d_h, m) -> (..., n, m)
 
 
-def additive_scores(queries: Tensor, keys: Tensor, w_query: Tensor, w_key: Tensor, v: Tensor,
+@check.renamed(queries="query", keys="key")
+def additive_scores(query: Tensor, key: Tensor, w_query: Tensor, w_key: Tensor, v: Tensor,
                     activation: Callable[[Tensor], Tensor] = torch.tanh) -> Tensor:
     r"""Additive (Bahdanau et al., 2015) score :math:`e_{ij} = v^\top \tanh(W s_i + U h_j)`.
 
-    Row form: ``queries (..., n, d_s)``, ``keys (..., m, d_h)``, ``w_query (d_s, d_a)``,
+    Row form: ``query (..., n, d_s)``, ``key (..., m, d_h)``, ``w_query (d_s, d_a)``,
     ``w_key (d_h, d_a)``, ``v (d_a,)``. ``activation`` replaces tanh (e.g. the identity, to
     study the linearised score).
     """
-    check.floating("queries", queries, min_dim=2)
-    check.floating("keys", keys, min_dim=2)
+    check.floating("query", query, min_dim=2)
+    check.floating("key", key, min_dim=2)
     check.floating("w_query", w_query, exact_dim=2)
     check.floating("w_key", w_key, exact_dim=2)
     check.floating("v", v, exact_dim=1)
-    check.same_dtype(queries=queries, keys=keys, w_query=w_query, w_key=w_key, v=v)
-    check.dim_equal("w_query rows must match the query width", "queries", queries, -1, "w_query", w_query, 0)
-    check.dim_equal("w_key rows must match the key width", "keys", keys, -1, "w_key", w_key, 0)
+    check.same_dtype(query=query, key=key, w_query=w_query, w_key=w_key, v=v)
+    check.dim_equal("w_query rows must match the query width", "query", query, -1, "w_query", w_query, 0)
+    check.dim_equal("w_key rows must match the key width", "key", key, -1, "w_key", w_key, 0)
     check.dim_equal("w_query and w_key must map to the same width d_a", "w_query", w_query, 1, "w_key", w_key, 1)
     check.dim_equal("v must have the width d_a", "w_key", w_key, 1, "v", v, 0)
-    query_term = queries @ w_query                              # (..., n, d_s) @ (d_s, d_a) -> (..., n, d_a)
-    key_term = keys @ w_key                                     # (..., m, d_h) @ (d_h, d_a) -> (..., m, d_a)
+    check.batch_compatible(("query", "key"), (query, key))
+    query_term = query @ w_query                                # (..., n, d_s) @ (d_s, d_a) -> (..., n, d_a)
+    key_term = key @ w_key                                      # (..., m, d_h) @ (d_h, d_a) -> (..., m, d_a)
     summed = query_term[..., :, None, :] + key_term[..., None, :, :]   # (..., n, m, d_a)
     return activation(summed) @ v                               # (..., n, m, d_a) @ (d_a,) -> (..., n, m)
 
@@ -193,55 +237,76 @@ def _unit_rows(name: str, x: Tensor) -> Tensor:
     return x / norms
 
 
-def cosine_scores(queries: Tensor, keys: Tensor) -> Tensor:
+@check.renamed(queries="query", keys="key")
+def cosine_scores(query: Tensor, key: Tensor) -> Tensor:
     r"""Cosine (content-based) score :math:`\cos(q_i, k_j) = q_i\cdot k_j / (\lVert q_i\rVert \lVert k_j\rVert)`.
 
-    ``queries (..., n, d)``, ``keys (..., m, d)`` → ``(..., n, m)`` with entries in ``[-1, 1]``.
+    ``query (..., n, d)``, ``key (..., m, d)`` → ``(..., n, m)`` with entries in ``[-1, 1]``.
     A zero row has no direction: it raises ``ValueError``.
     """
-    check.floating("queries", queries, min_dim=2)
-    check.floating("keys", keys, min_dim=2)
-    check.same_dtype(queries=queries, keys=keys)
-    check.dim_equal("queries and keys must have the same width", "queries", queries, -1, "keys", keys, -1)
-    unit_q = _unit_rows("queries", queries)
-    unit_k = _unit_rows("keys", keys)
+    _check_query_key(query, key)
+    unit_q = _unit_rows("query", query)
+    unit_k = _unit_rows("key", key)
     return unit_q @ unit_k.transpose(-2, -1)      # (..., n, d) @ (..., d, m) -> (..., n, m)
 
 
-def cosine_attention(queries: Tensor, keys: Tensor, values: Tensor, beta: float | Tensor = 1.0,
-                     mask: Tensor | None = None) -> AttentionResult:
+@check.renamed(queries="query", keys="key", values="value")
+def cosine_attention(query: Tensor, key: Tensor, value: Tensor, beta: float | Tensor = 1.0,
+                     mask: Tensor | None = None, causal: bool = False,
+                     key_mask: Tensor | None = None) -> AttentionResult:
     r"""Content-based addressing (Graves et al., 2014): :math:`\alpha_{ij} = \mathrm{softmax}_j(\beta \cos(q_i, k_j))`.
 
-    ``beta`` is the key strength (an inverse temperature); a tensor broadcastable to
-    ``(..., n, 1)`` gives one strength per query.
+    ``beta`` is the key strength (an inverse temperature): a real number, or a tensor of
+    shape ``(..., n, 1)`` (broadcastable with the scores) giving one strength per query.
+    Masks as in :func:`scaled_dot_product_attention`.
     """
-    _check_qkv(queries, keys, values)
-    scores = cosine_scores(queries, keys)         # (..., n, m) in [-1, 1]
+    _check_qkv(query, key, value)
+    shape = scores_shape(query, key)
+    beta = check.strength("beta", beta, shape, query.dtype, query.device)
+    full_mask = combined_mask(shape, query.dtype, query.device, mask, key_mask, causal, "key", key)
+    scores = cosine_scores(query, key)            # (..., n, m) in [-1, 1]
     scores = beta * scores                        # strength β sharpens or flattens
-    return attention_from_scores(scores, values, mask)
+    scores = _masked(scores, full_mask)
+    weights = softmax(scores, dim=-1)             # (..., n, m)
+    output = weights @ value                      # (..., n, m) @ (..., m, d_v) -> (..., n, d_v)
+    return AttentionResult(output, weights)
 
 
-def parameter_free_self_attention(x: Tensor) -> AttentionResult:
+def parameter_free_self_attention(x: Tensor, mask: Tensor | None = None, causal: bool = False,
+                                  key_mask: Tensor | None = None) -> AttentionResult:
     r"""The basic self-attention with no parameters: :math:`y_i = \sum_j \mathrm{softmax}_j(x_i\cdot x_j)\, x_j`.
 
-    ``x (..., n, d)``; no projection and no scaling.
+    ``x (..., n, d)`` is the query, the key and the value; no projection and no scaling.
+    Masks as in :func:`scaled_dot_product_attention` (``key_mask (..., n)``).
     """
     check.floating("x", x, min_dim=2)
+    full_mask = combined_mask(tuple(x.shape[:-1]) + (x.shape[-2],), x.dtype, x.device, mask, key_mask,
+                              causal, "x", x)
     scores = x @ x.transpose(-2, -1)              # (..., n, d) @ (..., d, n) -> (..., n, n)
+    scores = _masked(scores, full_mask)
     weights = softmax(scores, dim=-1)
     output = weights @ x                          # (..., n, n) @ (..., n, d) -> (..., n, d)
     return AttentionResult(output, weights)
 
 
-def linear_attention(query: Tensor, key: Tensor, value: Tensor) -> AttentionResult:
+def linear_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None,
+                     causal: bool = False, key_mask: Tensor | None = None) -> AttentionResult:
     r"""Attention with the softmax removed (the "bra-ket" form): :math:`y_i = \sum_j (q_i\cdot k_j)\, v_j`.
 
     Equivalently :math:`Y = (Q K^\top) V = Q (K^\top V)`: the operator
     :math:`\sum_j |v_j\rangle\langle k_j|` applied to each query. The weights returned are the raw,
-    unnormalised scores ``Q Kᵀ``.
+    unnormalised scores ``Q Kᵀ``. Masks (boolean only: there is no softmax for an additive
+    mask to act in) remove pairs ``(i, j)`` from the sum: their score is set to 0.
     """
     _check_qkv(query, key, value)
+    if mask is not None and isinstance(mask, torch.Tensor) and mask.dtype != torch.bool:
+        raise ValueError(f"linear_attention takes boolean masks only (True = may attend), got mask "
+                         f"{mask.dtype} with shape {check.shape_of(mask)}")
+    full_mask = combined_mask(scores_shape(query, key), query.dtype, query.device, mask, key_mask, causal,
+                              "key", key)
     scores = query @ key.transpose(-2, -1)        # (..., n, d_k) @ (..., d_k, m) -> (..., n, m)
+    if full_mask is not None:
+        scores = scores.masked_fill(~full_mask, 0.0)   # removed pairs contribute nothing
     output = scores @ value                       # (..., n, m) @ (..., m, d_v) -> (..., n, d_v)
     return AttentionResult(output, scores)
 

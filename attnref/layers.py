@@ -1,15 +1,20 @@
-"""LayerNorm, the position-wise feed-forward network, the post-LN encoder layer, positional encodings."""
+"""LayerNorm, the position-wise feed-forward network, the encoder layer's weights, positional encodings.
+
+The layers themselves (post-LN, pre-LN, causal decoder-only) are computed in
+:mod:`attnref.blocks`; :func:`encoder_layer` runs the placement an :class:`EncoderLayer` names.
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import torch
 
 from attnref import _validate as check
-from attnref.multihead import MultiHeadWeights, multi_head_attention
+from attnref.attention import AttentionResult
+from attnref.multihead import MultiHeadWeights
 
 Tensor = torch.Tensor
 Activation = Literal["relu", "gelu"]
@@ -23,6 +28,29 @@ class LayerNormParams:
     bias: Tensor | None = None   # (d,)  β
     eps: float = 1e-5
 
+    def __post_init__(self) -> None:
+        check.real_number("eps", self.eps, nonnegative=True)
+        for name in ("gain", "bias"):
+            if getattr(self, name) is not None:
+                check.floating(name, getattr(self, name), exact_dim=1)
+        if self.gain is not None and self.bias is not None:
+            check.same_dtype(gain=self.gain, bias=self.bias)
+            check.dim_equal("gain and bias must have the same width d", "gain", self.gain, 0, "bias", self.bias, 0)
+
+    @classmethod
+    def default(cls, d: int, eps: float = 1e-5, dtype: torch.dtype = torch.float64,
+                device: torch.device | str | None = None) -> "LayerNormParams":
+        """γ = 1, β = 0 (torch's initialisation), as tensors of width ``d``."""
+        check.positive_int("d", d)
+        return cls(gain=torch.ones(d, dtype=dtype, device=device), bias=torch.zeros(d, dtype=dtype, device=device),
+                   eps=eps)
+
+    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> "LayerNormParams":
+        """The same parameters on another device and/or in another floating dtype."""
+        def move(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t.to(device=device, dtype=dtype)
+        return replace(self, gain=move(self.gain), bias=move(self.bias))
+
 
 def layer_norm(x: Tensor, params: LayerNormParams | None = None) -> Tensor:
     r"""LayerNorm over the last axis (Ba et al., 2016), as in ``torch.nn.LayerNorm``:
@@ -32,19 +60,20 @@ def layer_norm(x: Tensor, params: LayerNormParams | None = None) -> Tensor:
 
     (σ² is the biased variance.) Without the affine part (γ = 1, β = 0) the output has mean 0
     and norm :math:`\sqrt{d}\,\sqrt{\sigma^2/(\sigma^2+\varepsilon)}`.
+
+    A constant row (σ = 0) maps to β, with the finite gradient :math:`\gamma \odot (I - \tfrac1d
+    \mathbf 1 \mathbf 1^\top)/\sqrt\varepsilon` (torch's); with ε = 0 it is undefined and raises
+    ``ValueError``. A row of width d = 0 raises ``ValueError``.
     """
     params = LayerNormParams() if params is None else params
+    if not isinstance(params, LayerNormParams):
+        raise ValueError(f"params must be LayerNormParams or None, got {type(params).__name__}")
     check.floating("x", x, min_dim=1)
-    if params.eps < 0:
-        raise ValueError(f"eps must be ≥ 0, got {params.eps}")
     d = x.shape[-1]
-    for name in ("gain", "bias"):
-        value = getattr(params, name)
-        if value is not None:
-            check.floating(name, value, exact_dim=1)
-            check.same_dtype(x=x, **{name: value})
-            if value.shape[0] != d:
-                raise ValueError(f"{name} has shape {check.shape_of(value)}, expected ({d},) for x {check.shape_of(x)}")
+    if d == 0:
+        raise ValueError(f"x has shape {check.shape_of(x)}: LayerNorm over d = 0 entries is undefined")
+    check.vector("gain", params.gain, d, x, "x")
+    check.vector("bias", params.bias, d, x, "x")
     # μ and σ are computed so that large offsets, tiny spreads and huge magnitudes lose no accuracy
     # (checked against a 50-digit reference in tests/test_accuracy.py):
     pivot = x[..., :1]                                       # one entry of each row: (..., 1)
@@ -53,8 +82,15 @@ def layer_norm(x: Tensor, params: LayerNormParams | None = None) -> Tensor:
     spread = centred.abs().amax(dim=-1, keepdim=True)        # s = max|x − μ|: (..., 1)
     spread = torch.where(spread > 0, spread, torch.ones_like(spread))   # a constant row: s = 1
     unit = centred / spread                                  # (x − μ)/s, entries in [−1, 1]
-    sigma = spread * torch.sqrt((unit * unit).mean(dim=-1, keepdim=True))   # σ (biased), no overflow
-    denominator = torch.hypot(sigma, sigma.new_tensor(math.sqrt(params.eps)))   # √(σ² + ε)
+    mean_square = (unit * unit).mean(dim=-1, keepdim=True)   # σ²/s² ≥ 1/d, or 0 for a constant row
+    constant = mean_square == 0                              # (..., 1)
+    # σ = s·√(σ²/s²); √ is taken of 1 instead of 0 for a constant row (σ = 0 there): the
+    # derivative of √ at 0 is infinite and would turn the (zero) gradient of σ into NaN.
+    root = torch.sqrt(torch.where(constant, torch.ones_like(mean_square), mean_square))
+    sigma = torch.where(constant, torch.zeros_like(mean_square), spread * root)   # σ (biased), no overflow
+    denominator = torch.hypot(sigma, sigma.new_tensor(math.sqrt(params.eps)))     # √(σ² + ε)
+    if params.eps == 0 and bool(constant.any()):
+        raise ValueError(f"x of shape {check.shape_of(x)} has a constant row: LayerNorm with eps = 0 divides 0 by 0")
     normalised = centred / denominator                       # (x − μ)/√(σ² + ε)
     if params.gain is not None:
         normalised = normalised * params.gain                # γ ⊙ …
@@ -78,7 +114,7 @@ ACTIVATIONS = {"relu": relu, "gelu": gelu}
 
 @dataclass(frozen=True)
 class FeedForward:
-    """Position-wise FFN weights in row form: ``w_1 (d, d_ff)``, ``w_2 (d_ff, d)``."""
+    """Position-wise FFN weights in row form: ``w_1 (d, d_ff)``, ``b_1 (d_ff,)``, ``w_2 (d_ff, d)``, ``b_2 (d,)``."""
 
     w_1: Tensor
     b_1: Tensor | None
@@ -90,6 +126,9 @@ class FeedForward:
         check.floating("w_1", self.w_1, exact_dim=2)
         check.floating("w_2", self.w_2, exact_dim=2)
         check.dim_equal("w_1 columns must match w_2 rows (d_ff)", "w_1", self.w_1, 1, "w_2", self.w_2, 0)
+        check.same_dtype(w_1=self.w_1, w_2=self.w_2)
+        check.vector("b_1", self.b_1, self.w_1.shape[1], self.w_1, "w_1")
+        check.vector("b_2", self.b_2, self.w_2.shape[1], self.w_2, "w_2")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
 
@@ -101,6 +140,32 @@ class FeedForward:
             return None if linear.bias is None else linear.bias.detach().clone()
         return cls(w_1=linear_1.weight.detach().T.clone(), b_1=bias(linear_1),
                    w_2=linear_2.weight.detach().T.clone(), b_2=bias(linear_2), activation=activation)
+
+    @classmethod
+    def random(cls, d: int, d_ff: int, activation: Activation = "relu", bias: bool = True,
+               generator: torch.Generator | None = None, dtype: torch.dtype = torch.float64,
+               device: torch.device | str | None = None) -> "FeedForward":
+        """``w_1`` from N(0, 1/d), ``w_2`` from N(0, 1/d_ff) (variance-preserving), zero biases.
+
+        Draws come from ``generator`` on its device and are placed on ``device``.
+        """
+        check.positive_int("d", d)
+        check.positive_int("d_ff", d_ff)
+        source = device if generator is None else generator.device
+
+        def draw(rows: int, columns: int) -> Tensor:
+            sample = torch.randn(rows, columns, generator=generator, dtype=dtype, device=source) * rows ** -0.5
+            return sample if device is None else sample.to(device)
+
+        w_1, w_2 = draw(d, d_ff), draw(d_ff, d)
+        zeros = (lambda k: torch.zeros(k, dtype=dtype, device=w_1.device)) if bias else (lambda k: None)
+        return cls(w_1=w_1, b_1=zeros(d_ff), w_2=w_2, b_2=zeros(d), activation=activation)
+
+    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> "FeedForward":
+        """The same weights on another device and/or in another floating dtype."""
+        def move(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t.to(device=device, dtype=dtype)
+        return replace(self, w_1=move(self.w_1), b_1=move(self.b_1), w_2=move(self.w_2), b_2=move(self.b_2))
 
 
 def feed_forward(x: Tensor, ffn: FeedForward) -> Tensor:
@@ -121,29 +186,61 @@ def feed_forward(x: Tensor, ffn: FeedForward) -> Tensor:
     return output
 
 
+def _activation_name(activation: object) -> Activation:
+    if activation is torch.nn.functional.relu or isinstance(activation, torch.nn.ReLU):
+        return "relu"
+    if activation is torch.nn.functional.gelu or isinstance(activation, torch.nn.GELU):
+        if isinstance(activation, torch.nn.GELU) and activation.approximate != "none":
+            raise ValueError("only the exact GELU is supported (approximate='none')")
+        return "gelu"
+    raise ValueError(f"unsupported activation {activation!r}: use 'relu' or 'gelu'")
+
+
 @dataclass(frozen=True)
 class EncoderLayer:
-    """One post-LN Transformer encoder layer (Vaswani et al., 2017)."""
+    """The weights of one Transformer layer: attention, two LayerNorms, the FFN, and the placement.
+
+    ``norm_first=False`` is the post-LN layer of Vaswani et al. (2017),
+    ``LN(x + MHA(x))`` then ``LN(y + FFN(y))``; ``norm_first=True`` the pre-LN layer,
+    ``x + MHA(LN(x))`` then ``y + FFN(LN(y))`` (as ``torch.nn.TransformerEncoderLayer``'s flag).
+    ``norm_1`` belongs to the attention sublayer and ``norm_2`` to the FFN in both placements.
+    The flag is read by :func:`encoder_layer`; :func:`attnref.blocks.post_ln_layer` and
+    :func:`attnref.blocks.pre_ln_layer` run one set of weights in the placement they name.
+    """
 
     attention: MultiHeadWeights
     norm_1: LayerNormParams
     ffn: FeedForward
     norm_2: LayerNormParams
+    norm_first: bool = False
+
+    def __post_init__(self) -> None:
+        for name, kind in (("attention", MultiHeadWeights), ("norm_1", LayerNormParams), ("ffn", FeedForward),
+                           ("norm_2", LayerNormParams)):
+            if not isinstance(getattr(self, name), kind):
+                raise ValueError(f"{name} must be {kind.__name__}, got {type(getattr(self, name)).__name__}")
+        check.boolean("norm_first", self.norm_first)
+        d = self.attention.w_o.shape[1]
+        if self.attention.d != d:
+            raise ValueError(f"the attention maps width {self.attention.d} to {d}: a residual layer needs the same width")
+        check.dim_equal("the FFN input width must be the model width d", "attention.w_o", self.attention.w_o, 1,
+                        "ffn.w_1", self.ffn.w_1, 0)
+        check.dim_equal("the FFN output width must be the model width d", "attention.w_o", self.attention.w_o, 1,
+                        "ffn.w_2", self.ffn.w_2, 1)
+        for name in ("norm_1", "norm_2"):
+            for part in ("gain", "bias"):
+                check.vector(f"{name}.{part}", getattr(getattr(self, name), part), d, self.attention.w_o,
+                             "attention.w_o")
+        check.same_dtype(attention=self.attention.w_q, ffn=self.ffn.w_1)
+
+    @property
+    def d(self) -> int:
+        return self.attention.d
 
     @classmethod
     def from_torch(cls, layer: torch.nn.TransformerEncoderLayer) -> "EncoderLayer":
-        """Read a ``torch.nn.TransformerEncoderLayer(norm_first=False)`` with ReLU or GELU."""
-        if layer.norm_first:
-            raise ValueError("EncoderLayer is post-LN; got a TransformerEncoderLayer with norm_first=True")
-        activation = layer.activation
-        if activation is torch.nn.functional.relu or isinstance(activation, torch.nn.ReLU):
-            name: Activation = "relu"
-        elif activation is torch.nn.functional.gelu or isinstance(activation, torch.nn.GELU):
-            if isinstance(activation, torch.nn.GELU) and activation.approximate != "none":
-                raise ValueError("only the exact GELU is supported (approximate='none')")
-            name = "gelu"
-        else:
-            raise ValueError(f"unsupported activation {activation!r}: use 'relu' or 'gelu'")
+        """Read a ``torch.nn.TransformerEncoderLayer`` (either ``norm_first``) with ReLU or GELU."""
+        name = _activation_name(layer.activation)
 
         def norm(ln: torch.nn.LayerNorm) -> LayerNormParams:
             gain = None if ln.weight is None else ln.weight.detach().clone()
@@ -151,29 +248,86 @@ class EncoderLayer:
             return LayerNormParams(gain=gain, bias=bias, eps=ln.eps)
 
         return cls(attention=MultiHeadWeights.from_torch(layer.self_attn), norm_1=norm(layer.norm1),
-                   ffn=FeedForward.from_linears(layer.linear1, layer.linear2, name), norm_2=norm(layer.norm2))
+                   ffn=FeedForward.from_linears(layer.linear1, layer.linear2, name), norm_2=norm(layer.norm2),
+                   norm_first=bool(layer.norm_first))
+
+    def to_torch(self) -> torch.nn.TransformerEncoderLayer:
+        """A ``torch.nn.TransformerEncoderLayer(batch_first=True, dropout=0)`` computing the same function.
+
+        Missing biases and LayerNorm affine parts become zeros and ones (the same function).
+        """
+        a = self.attention
+        if self.norm_1.eps != self.norm_2.eps:
+            raise ValueError(f"torch uses one layer_norm_eps; got {self.norm_1.eps} and {self.norm_2.eps}")
+        layer = torch.nn.TransformerEncoderLayer(a.d, a.h, self.ffn.w_1.shape[1], dropout=0.0,
+                                                 activation=self.ffn.activation, layer_norm_eps=self.norm_1.eps,
+                                                 batch_first=True, norm_first=self.norm_first, dtype=a.dtype,
+                                                 device=a.device)
+
+        def zeros(*shape: int) -> Tensor:
+            return torch.zeros(*shape, dtype=a.dtype, device=a.device)
+
+        biased = MultiHeadWeights(w_q=a.w_q, w_k=a.w_k, w_v=a.w_v, w_o=a.w_o,
+                                  b_q=zeros(a.h, a.d_k) if a.b_q is None else a.b_q,
+                                  b_k=zeros(a.h, a.d_k) if a.b_k is None else a.b_k,
+                                  b_v=zeros(a.h, a.d_v) if a.b_v is None else a.b_v,
+                                  b_o=zeros(a.d) if a.b_o is None else a.b_o)
+        with torch.no_grad():
+            layer.self_attn.load_state_dict(biased.to_torch().state_dict())
+            layer.linear1.weight.copy_(self.ffn.w_1.T)
+            layer.linear1.bias.copy_(zeros(self.ffn.w_1.shape[1]) if self.ffn.b_1 is None else self.ffn.b_1)
+            layer.linear2.weight.copy_(self.ffn.w_2.T)
+            layer.linear2.bias.copy_(zeros(a.d) if self.ffn.b_2 is None else self.ffn.b_2)
+            for params, module in ((self.norm_1, layer.norm1), (self.norm_2, layer.norm2)):
+                module.weight.copy_(torch.ones_like(module.weight) if params.gain is None else params.gain)
+                module.bias.copy_(torch.zeros_like(module.bias) if params.bias is None else params.bias)
+        return layer
+
+    @classmethod
+    def random(cls, d: int, h: int, d_ff: int, norm_first: bool = False, activation: Activation = "relu",
+               eps: float = 1e-5, generator: torch.Generator | None = None, dtype: torch.dtype = torch.float64,
+               device: torch.device | str | None = None) -> "EncoderLayer":
+        """A layer at a stated initialisation: attention from :meth:`MultiHeadWeights.random`
+        (weights and biases N(0, 1/d)), FFN from :meth:`FeedForward.random` (N(0, 1/d),
+        N(0, 1/d_ff), zero biases), LayerNorms γ = 1, β = 0."""
+        attention = MultiHeadWeights.random(d, h, generator=generator, dtype=dtype, device=device)
+        ffn = FeedForward.random(d, d_ff, activation, generator=generator, dtype=dtype, device=device)
+        where = attention.device
+        return cls(attention=attention, norm_1=LayerNormParams.default(d, eps, dtype, where), ffn=ffn,
+                   norm_2=LayerNormParams.default(d, eps, dtype, where), norm_first=norm_first)
+
+    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> "EncoderLayer":
+        """The same layer on another device and/or in another floating dtype."""
+        return replace(self, attention=self.attention.to(device, dtype), norm_1=self.norm_1.to(device, dtype),
+                       ffn=self.ffn.to(device, dtype), norm_2=self.norm_2.to(device, dtype))
 
 
 def encoder_layer_with_weights(x: Tensor, layer: EncoderLayer, mask: Tensor | None = None,
-                               key_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    r"""Post-LN encoder layer: :math:`y = \mathrm{LN}_1(x + \mathrm{MHA}(x))`, :math:`z = \mathrm{LN}_2(y + \mathrm{FFN}(y))`.
+                               key_mask: Tensor | None = None, causal: bool = False) -> AttentionResult:
+    r"""One Transformer layer in the placement ``layer.norm_first`` names.
 
-    ``x (..., n, d)``; ``mask`` and ``key_mask`` as in :func:`attnref.multi_head_attention`.
-    Returns ``z (..., n, d)`` and the attention weights of every head ``(..., h, n, n)``.
+    Post-LN (``norm_first=False``): :math:`y = \mathrm{LN}_1(x + \mathrm{MHA}(x))`,
+    :math:`z = \mathrm{LN}_2(y + \mathrm{FFN}(y))`; pre-LN: :math:`y = x + \mathrm{MHA}(\mathrm{LN}_1(x))`,
+    :math:`z = y + \mathrm{FFN}(\mathrm{LN}_2(y))` (:mod:`attnref.blocks`).
+
+    ``x (..., n, d)``; ``mask``, ``key_mask`` and ``causal`` as in :func:`attnref.multi_head_attention`.
+    Returns ``z (..., n, d)`` and the attention weights of every head ``(..., h, n, n)`` (an
+    :class:`~attnref.attention.AttentionResult`, which unpacks as ``z, weights``).
     """
-    attended = multi_head_attention(x, layer.attention, mask=mask, key_mask=key_mask)
-    y = layer_norm(x + attended.output, layer.norm_1)            # residual sum, then LayerNorm
-    z = layer_norm(y + feed_forward(y, layer.ffn), layer.norm_2)
-    return z, attended.weights
+    from attnref import blocks   # blocks imports this module
+
+    run = blocks.pre_ln_layer if getattr(layer, "norm_first", False) else blocks.post_ln_layer
+    return run(x, layer, mask=mask, key_mask=key_mask, causal=causal)
 
 
 def encoder_layer(x: Tensor, layer: EncoderLayer, mask: Tensor | None = None,
-                  key_mask: Tensor | None = None) -> Tensor:
+                  key_mask: Tensor | None = None, causal: bool = False) -> Tensor:
     """The output ``z`` of :func:`encoder_layer_with_weights`."""
-    return encoder_layer_with_weights(x, layer, mask=mask, key_mask=key_mask)[0]
+    return encoder_layer_with_weights(x, layer, mask=mask, key_mask=key_mask, causal=causal).output
 
 
-def sinusoidal_positional_encoding(n: int, d: int, dtype: torch.dtype = torch.float64) -> Tensor:
+def sinusoidal_positional_encoding(n: int, d: int, dtype: torch.dtype = torch.float64,
+                                   device: torch.device | str | None = None) -> Tensor:
     r"""Sinusoidal positional encoding (Vaswani et al., 2017, §3.5), ``(n, d)``:
 
     .. math:: PE_{p, 2i} = \sin(p / 10000^{2i/d}), \qquad PE_{p, 2i+1} = \cos(p / 10000^{2i/d})
@@ -182,10 +336,10 @@ def sinusoidal_positional_encoding(n: int, d: int, dtype: torch.dtype = torch.fl
     check.positive_int("d", d)
     if d % 2:
         raise ValueError(f"d must be even for sinusoidal encodings, got d = {d}")
-    positions = torch.arange(n, dtype=dtype)[:, None]                       # (n, 1)
-    frequencies = 10000.0 ** (-torch.arange(0, d, 2, dtype=dtype) / d)       # (d/2,)
+    positions = torch.arange(n, dtype=dtype, device=device)[:, None]                  # (n, 1)
+    frequencies = 10000.0 ** (-torch.arange(0, d, 2, dtype=dtype, device=device) / d)  # (d/2,)
     angles = positions * frequencies                                         # (n, 1) * (d/2,) -> (n, d/2)
-    encoding = torch.empty(n, d, dtype=dtype)
+    encoding = torch.empty(n, d, dtype=dtype, device=device)
     encoding[:, 0::2] = torch.sin(angles)
     encoding[:, 1::2] = torch.cos(angles)
     return encoding

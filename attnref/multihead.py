@@ -12,7 +12,7 @@ and split explicitly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -82,8 +82,13 @@ class MultiHeadWeights:
     # --- construction ----------------------------------------------------------------------
     @classmethod
     def random(cls, d: int, h: int, d_k: int | None = None, d_v: int | None = None, bias: bool = True,
-               generator: torch.Generator | None = None, dtype: torch.dtype = torch.float64) -> "MultiHeadWeights":
-        """Weights drawn from N(0, 1/d) (biases N(0, 1/d) too); ``d_k = d_v = d / h`` by default."""
+               generator: torch.Generator | None = None, dtype: torch.dtype = torch.float64,
+               device: torch.device | str | None = None) -> "MultiHeadWeights":
+        """Weights drawn from N(0, 1/d) (biases N(0, 1/d) too); ``d_k = d_v = d / h`` by default.
+
+        The draws come from ``generator`` on its own device (the same numbers on every device)
+        and are placed on ``device`` (default: the generator's device, else torch's default).
+        """
         check.positive_int("d", d)
         check.positive_int("h", h)
         if d_k is None or d_v is None:
@@ -92,15 +97,27 @@ class MultiHeadWeights:
             d_k = d // h if d_k is None else d_k
             d_v = d // h if d_v is None else d_v
         std = d ** -0.5
+        source = device if generator is None else generator.device
 
         def draw(*shape: int) -> Tensor:
-            return torch.randn(*shape, generator=generator, dtype=dtype) * std
+            sample = torch.randn(*shape, generator=generator, dtype=dtype, device=source) * std
+            return sample if device is None else sample.to(device)
 
         return cls(
             w_q=draw(h, d, d_k), w_k=draw(h, d, d_k), w_v=draw(h, d, d_v), w_o=draw(h * d_v, d),
             b_q=draw(h, d_k) if bias else None, b_k=draw(h, d_k) if bias else None,
             b_v=draw(h, d_v) if bias else None, b_o=draw(d) if bias else None,
         )
+
+    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> "MultiHeadWeights":
+        """The same weights on another device and/or in another floating dtype."""
+        moved = {f.name: None if getattr(self, f.name) is None else getattr(self, f.name).to(device=device, dtype=dtype)
+                 for f in fields(self)}
+        return type(self)(**moved)
+
+    @property
+    def device(self) -> torch.device:
+        return self.w_q.device
 
     @classmethod
     def from_torch(cls, module: torch.nn.MultiheadAttention) -> "MultiHeadWeights":
@@ -142,7 +159,7 @@ class MultiHeadWeights:
             raise ValueError("torch.nn.MultiheadAttention has either all four biases or none")
         kdim, vdim = self.w_k.shape[1], self.w_v.shape[1]
         module = torch.nn.MultiheadAttention(self.d, self.h, bias=all(present), kdim=kdim, vdim=vdim,
-                                             batch_first=True, dtype=self.dtype)
+                                             batch_first=True, dtype=self.dtype, device=self.device)
         w_q, w_k, w_v = self.packed_projections()                 # (d_in, h·d_k) each
         with torch.no_grad():
             if module._qkv_same_embed_dim:
@@ -170,56 +187,65 @@ class MultiHeadWeights:
         return self.w_q[head] @ self.w_k[head].T   # (d, d_k) @ (d_k, d_key_in) -> (d, d_key_in)
 
 
-def _inputs(query_input: Tensor, key_input: Tensor | None, value_input: Tensor | None,
+def _inputs(query: Tensor, key: Tensor | None, value: Tensor | None,
             weights: MultiHeadWeights) -> tuple[Tensor, Tensor, Tensor]:
-    key_input = query_input if key_input is None else key_input
-    value_input = key_input if value_input is None else value_input
-    check.floating("query_input", query_input, min_dim=2)
-    check.floating("key_input", key_input, min_dim=2)
-    check.floating("value_input", value_input, min_dim=2)
-    check.same_dtype(query_input=query_input, key_input=key_input, value_input=value_input, w_q=weights.w_q)
-    check.dim_equal("query_input width must match w_q", "query_input", query_input, -1, "w_q", weights.w_q, 1)
-    check.dim_equal("key_input width must match w_k", "key_input", key_input, -1, "w_k", weights.w_k, 1)
-    check.dim_equal("value_input width must match w_v", "value_input", value_input, -1, "w_v", weights.w_v, 1)
-    check.dim_equal("key_input and value_input must have the same length m",
-                    "key_input", key_input, -2, "value_input", value_input, -2)
-    return query_input, key_input, value_input
+    if not isinstance(weights, MultiHeadWeights):
+        raise ValueError(f"weights must be MultiHeadWeights, got {type(weights).__name__}")
+    key = query if key is None else key
+    value = key if value is None else value
+    check.floating("query", query, min_dim=2)
+    check.floating("key", key, min_dim=2)
+    check.floating("value", value, min_dim=2)
+    check.same_dtype(query=query, key=key, value=value, w_q=weights.w_q)
+    check.dim_equal("query width must match w_q", "query", query, -1, "w_q", weights.w_q, 1)
+    check.dim_equal("key width must match w_k", "key", key, -1, "w_k", weights.w_k, 1)
+    check.dim_equal("value width must match w_v", "value", value, -1, "w_v", weights.w_v, 1)
+    check.dim_equal("key and value must have the same length m", "key", key, -2, "value", value, -2)
+    check.batch_compatible(("query", "key", "value"), (query, key, value))
+    return query, key, value
 
 
-def _combined_mask(mask: Tensor | None, key_mask: Tensor | None, key_input: Tensor) -> Tensor | None:
-    """``mask`` (True = may attend, broadcastable to (..., n, m)) and ``key_mask`` (..., m) combined."""
-    if key_mask is None:
-        return mask
-    if not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool:
-        raise ValueError(f"key_mask must be a boolean tensor (True = real key), got "
-                         f"{getattr(key_mask, 'dtype', type(key_mask).__name__)}")
-    if tuple(key_mask.shape) != tuple(key_input.shape[:-1]):
-        raise ValueError(f"key_mask has shape {check.shape_of(key_mask)}, expected the key positions "
-                         f"{tuple(key_input.shape[:-1])} of key_input {check.shape_of(key_input)}")
-    keys_allowed = key_mask[..., None, :]                       # (..., 1, m)
-    if mask is None:
-        return keys_allowed
-    if mask.dtype != torch.bool:
-        return mask.masked_fill(~keys_allowed, float("-inf"))   # additive mask, padded keys to -inf
-    return mask & keys_allowed
+def _mask(x_q: Tensor, x_k: Tensor, x_v: Tensor, h: int, mask: Tensor | None, key_mask: Tensor | None,
+          causal: bool) -> tuple[Tensor | None, bool]:
+    """``mask`` and ``key_mask`` checked against what the caller passed, and combined.
+
+    A mask with one more axis than the scores ``(..., n, m)`` of the inputs is per head,
+    ``(..., h, n, m)`` (every batch axis spelled out; size 1 broadcasts); otherwise it is shared
+    by every head. Returns the combined mask and whether it is per head.
+    """
+    check.boolean("causal", causal)
+    batch = check.broadcast_shapes(*(tuple(t.shape[:-2]) for t in (x_q, x_k, x_v)))
+    n, m = x_q.shape[-2], x_k.shape[-2]
+    per_head = isinstance(mask, torch.Tensor) and mask.dim() == len(batch) + 3
+    if mask is not None:
+        shape = tuple(batch) + ((h,) if per_head else ()) + (n, m)
+        name = "the per-head scores' shape (..., h, n, m)" if per_head else "the scores' shape (..., n, m)"
+        check.mask(mask, shape, x_q.dtype, x_q.device, shape_name=name)
+    keep = None if key_mask is None else check.key_mask(key_mask, "key", x_k)   # (..., 1, m)
+    if keep is not None and per_head:
+        keep = keep.unsqueeze(-3)                                                # (..., 1, 1, m)
+    return check.combine_masks(mask, keep), per_head
 
 
-def multi_head_attention(query_input: Tensor, weights: MultiHeadWeights, key_input: Tensor | None = None,
-                         value_input: Tensor | None = None, mask: Tensor | None = None,
+@check.renamed(query_input="query", key_input="key", value_input="value")
+def multi_head_attention(query: Tensor, weights: MultiHeadWeights, key: Tensor | None = None,
+                         value: Tensor | None = None, mask: Tensor | None = None,
                          key_mask: Tensor | None = None, causal: bool = False) -> AttentionResult:
     r"""Multi-head attention computed head by head, as written in the paper.
 
     Args:
-        query_input: ``(..., n, d)``; key_input ``(..., m, d)`` and value_input ``(..., m, d)``
-            default to ``query_input`` (self-attention).
-        mask: boolean (True = may attend) or additive, broadcastable to ``(..., n, m)``.
+        query: ``(..., n, d)``; key ``(..., m, d_key_in)`` and value ``(..., m, d_value_in)``
+            default to ``query`` (self-attention); value defaults to key.
+        mask: boolean (True = may attend) or additive, broadcastable to ``(..., n, m)`` (shared
+            by every head) or, with one more axis, ``(..., h, n, m)`` (one mask per head).
         key_mask: boolean ``(..., m)``, True for real keys, False for padding
             (torch's ``key_padding_mask`` is its negation).
+        causal: query ``i`` attends keys ``j ≤ i`` only.
 
     Returns the output ``(..., n, d)`` and the weights of every head ``(..., h, n, m)``.
     """
-    x_q, x_k, x_v = _inputs(query_input, key_input, value_input, weights)
-    full_mask = _combined_mask(mask, key_mask, x_k)
+    x_q, x_k, x_v = _inputs(query, key, value, weights)
+    full_mask, per_head = _mask(x_q, x_k, x_v, weights.h, mask, key_mask, causal)
     heads, head_weights = [], []
     for i in range(weights.h):
         q_i = x_q @ weights.w_q[i]     # (..., n, d) @ (d, d_k) -> (..., n, d_k)
@@ -231,7 +257,10 @@ def multi_head_attention(query_input: Tensor, weights: MultiHeadWeights, key_inp
             k_i = k_i + weights.b_k[i]
         if weights.b_v is not None:
             v_i = v_i + weights.b_v[i]
-        head_i = scaled_dot_product_attention(q_i, k_i, v_i, mask=full_mask, causal=causal)
+        mask_i = full_mask
+        if per_head:                   # the mask of head i: (..., n, m)
+            mask_i = full_mask[..., 0 if full_mask.shape[-3] == 1 else i, :, :]
+        head_i = scaled_dot_product_attention(q_i, k_i, v_i, mask=mask_i, causal=causal)
         heads.append(head_i.output)            # (..., n, d_v)
         head_weights.append(head_i.weights)    # (..., n, m)
     concatenated = torch.cat(heads, dim=-1)    # (..., n, h·d_v)
@@ -241,18 +270,19 @@ def multi_head_attention(query_input: Tensor, weights: MultiHeadWeights, key_inp
     return AttentionResult(output, torch.stack(head_weights, dim=-3))   # weights (..., h, n, m)
 
 
-def multi_head_attention_packed(query_input: Tensor, weights: MultiHeadWeights, key_input: Tensor | None = None,
-                                value_input: Tensor | None = None, mask: Tensor | None = None,
+@check.renamed(query_input="query", key_input="key", value_input="value")
+def multi_head_attention_packed(query: Tensor, weights: MultiHeadWeights, key: Tensor | None = None,
+                                value: Tensor | None = None, mask: Tensor | None = None,
                                 key_mask: Tensor | None = None, causal: bool = False) -> AttentionResult:
     """The same function as :func:`multi_head_attention`, with one ``d × h·d_k`` matrix per projection.
 
     The heads are split by a reshape, attended in one batched call and merged by the inverse
     reshape — the way fast implementations (and torch) compute it.
     """
-    x_q, x_k, x_v = _inputs(query_input, key_input, value_input, weights)
-    full_mask = _combined_mask(mask, key_mask, x_k)
+    x_q, x_k, x_v = _inputs(query, key, value, weights)
+    full_mask, per_head = _mask(x_q, x_k, x_v, weights.h, mask, key_mask, causal)
     q, k, v = _split_heads(x_q, x_k, x_v, weights)   # (..., h, n or m, d_k or d_v)
-    if full_mask is not None:
+    if full_mask is not None and not per_head:
         full_mask = full_mask.unsqueeze(-3)           # (..., 1, n, m): the same mask for every head
     heads = scaled_dot_product_attention(q, k, v, mask=full_mask, causal=causal)
     merged = heads.output.transpose(-3, -2).flatten(-2)   # (..., h, n, d_v) -> (..., n, h·d_v)
@@ -262,15 +292,16 @@ def multi_head_attention_packed(query_input: Tensor, weights: MultiHeadWeights, 
     return AttentionResult(output, heads.weights)         # weights (..., h, n, m)
 
 
-def head_projections(query_input: Tensor, weights: MultiHeadWeights, key_input: Tensor | None = None,
-                     value_input: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+@check.renamed(query_input="query", key_input="key", value_input="value")
+def head_projections(query: Tensor, weights: MultiHeadWeights, key: Tensor | None = None,
+                     value: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     r"""The per-head queries, keys and values, biases included: :math:`Q_i = X_q W_i^Q + b_i^Q`, ….
 
     Returns ``q (..., h, n, d_k)``, ``k (..., h, m, d_k)``, ``v (..., h, m, d_v)``; key and value
-    inputs default to ``query_input`` (self-attention). These are what
+    inputs default to ``query`` (self-attention). These are what
     :func:`multi_head_attention_packed` attends with.
     """
-    x_q, x_k, x_v = _inputs(query_input, key_input, value_input, weights)
+    x_q, x_k, x_v = _inputs(query, key, value, weights)
     return _split_heads(x_q, x_k, x_v, weights)
 
 

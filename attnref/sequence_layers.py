@@ -25,15 +25,6 @@ from attnref.attention import AttentionResult
 Tensor = torch.Tensor
 
 
-def _check_bias(bias: Tensor | None, x: Tensor, width: int) -> None:
-    if bias is None:
-        return
-    check.floating("bias", bias, exact_dim=1)
-    check.same_dtype(x=x, bias=bias)
-    if bias.shape[0] != width:
-        raise ValueError(f"bias must have d_out = {width} entries, got shape {check.shape_of(bias)}")
-
-
 def position_wise_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     r"""The same linear map applied to every token: :math:`y_i = x_i W + b`.
 
@@ -48,7 +39,7 @@ def position_wise_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) 
     check.floating("weight", weight, exact_dim=2)
     check.same_dtype(x=x, weight=weight)
     check.dim_equal("x width must match weight rows (d_in)", "x", x, -1, "weight", weight, 0)
-    _check_bias(bias, x, weight.shape[1])
+    check.vector("bias", bias, weight.shape[1], weight, "weight")
     output = x @ weight                   # (..., n, d_in) @ (d_in, d_out) -> (..., n, d_out)
     if bias is not None:
         output = output + bias            # + b on every token
@@ -77,7 +68,7 @@ def sliding_window_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None)
     if x.shape[-2] < w:
         raise ValueError(f"x has n = {x.shape[-2]} tokens (shape {check.shape_of(x)}), fewer than the "
                          f"window w = {w} of weight {check.shape_of(weight)}")
-    _check_bias(bias, x, d_out)
+    check.vector("bias", bias, d_out, weight, "weight")
     windows = x.unfold(-2, w, 1)                  # (..., n - w + 1, d_in, w): token i + t in [..., i, :, t]
     windows = windows.transpose(-2, -1)           # (..., n - w + 1, w, d_in)
     windows = windows.flatten(-2)                 # (..., n - w + 1, w·d_in): [x_i, x_{i+1}, …, x_{i+w-1}]
@@ -88,23 +79,24 @@ def sliding_window_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None)
     return output
 
 
-def token_mixing_linear(values: Tensor, mixing: Tensor) -> AttentionResult:
+@check.renamed(values="value")
+def token_mixing_linear(value: Tensor, mixing: Tensor) -> AttentionResult:
     r"""A fixed linear mixing of tokens, :math:`y_i = \sum_j M_{ij} v_j`, i.e. :math:`Y = M V`.
 
     The same weighted sum as attention's :math:`y_i = \sum_j \alpha_{ij}(X) v_j`, with weights
     :math:`M_{ij}` that are parameters: they do not depend on the input.
 
     Args:
-        values: ``(..., m, d_v)``.
+        value: ``(..., m, d_v)``.
         mixing: ``(n, m)``, the weights.
 
     Returns the output ``(..., n, d_v)`` and the weights ``(n, m)`` (the parameter itself).
     """
-    check.floating("values", values, min_dim=2)
+    check.floating("value", value, min_dim=2)
     check.floating("mixing", mixing, exact_dim=2)
-    check.same_dtype(values=values, mixing=mixing)
-    check.dim_equal("mixing columns must match the number of values m", "mixing", mixing, 1, "values", values, -2)
-    output = mixing @ values              # (n, m) @ (..., m, d_v) -> (..., n, d_v)
+    check.same_dtype(value=value, mixing=mixing)
+    check.dim_equal("mixing columns must match the number of values m", "mixing", mixing, 1, "value", value, -2)
+    output = mixing @ value               # (n, m) @ (..., m, d_v) -> (..., n, d_v)
     return AttentionResult(output, mixing)
 
 

@@ -12,15 +12,20 @@ from attnref import MultiHeadWeights
 from conftest import PARITY_ATOL, randn
 
 
+def randomise(module: torch.nn.Module, gen, scale: float = 0.3) -> torch.nn.Module:
+    """Every parameter from the test's own generator (torch's initialisation would read the global
+    RNG, and leaves biases at zero, where they would go untested); LayerNorm gains near 1."""
+    with torch.no_grad():
+        for name, parameter in module.named_parameters():
+            parameter.copy_(randn(gen, *parameter.shape) * scale + (1.0 if name.startswith("norm") and
+                                                                     name.endswith("weight") else 0.0))
+    return module
+
+
 def torch_mha(gen, d=8, h=2, bias=True, kdim=None, vdim=None):
-    torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=gen)))
     module = torch.nn.MultiheadAttention(d, h, bias=bias, kdim=kdim, vdim=vdim, batch_first=True,
                                          dtype=torch.float64)
-    if bias:   # torch initialises biases to zero: make them non-zero so they are tested
-        with torch.no_grad():
-            module.in_proj_bias.normal_() if module.in_proj_bias is not None else None
-            module.out_proj.bias.normal_()
-    return module
+    return randomise(module, gen)
 
 
 @pytest.mark.parametrize("form", [attnref.multi_head_attention, attnref.multi_head_attention_packed])
@@ -41,7 +46,7 @@ def test_mha_cross_attention_with_key_mask_matches_torch(gen, form):
     key_mask = torch.ones(2, 7, dtype=torch.bool)
     key_mask[0, 5:] = False
     expected, _ = module(x, memory, memory, key_padding_mask=~key_mask)   # torch: True = ignore
-    ours = form(x, MultiHeadWeights.from_torch(module), key_input=memory, key_mask=key_mask)
+    ours = form(x, MultiHeadWeights.from_torch(module), key=memory, key_mask=key_mask)
     assert (ours.output - expected).abs().max() < PARITY_ATOL
 
 
@@ -61,7 +66,7 @@ def test_mha_with_different_key_and_value_widths_matches_torch(gen):
     module = torch_mha(gen, d=8, h=2, kdim=5, vdim=3)
     x, keys, values = randn(gen, 4, 8), randn(gen, 6, 5), randn(gen, 6, 3)
     expected, _ = module(x, keys, values)
-    ours = attnref.multi_head_attention(x, MultiHeadWeights.from_torch(module), key_input=keys, value_input=values)
+    ours = attnref.multi_head_attention(x, MultiHeadWeights.from_torch(module), key=keys, value=values)
     assert (ours.output - expected).abs().max() < PARITY_ATOL
 
 
@@ -119,14 +124,9 @@ def test_layer_norm_matches_torch(gen, affine):
 
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 def test_post_ln_encoder_layer_matches_torch(gen, activation):
-    torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=gen)))
     layer = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, activation=activation, batch_first=True,
                                              norm_first=False, dtype=torch.float64)
-    with torch.no_grad():
-        for norm in (layer.norm1, layer.norm2):
-            norm.weight.normal_(generator=gen)
-            norm.bias.normal_(generator=gen)
-        layer.self_attn.in_proj_bias.normal_(generator=gen)
+    randomise(layer, gen)
     x = randn(gen, 2, 6, 16)
     key_mask = torch.ones(2, 6, dtype=torch.bool)
     key_mask[1, 4:] = False
@@ -135,10 +135,10 @@ def test_post_ln_encoder_layer_matches_torch(gen, activation):
     assert (ours - expected).abs().max() < PARITY_ATOL
 
 
-def test_encoder_layer_rejects_pre_ln():
-    layer = torch.nn.TransformerEncoderLayer(8, 2, 16, norm_first=True)
-    with pytest.raises(ValueError, match="norm_first"):
-        attnref.EncoderLayer.from_torch(layer)
+def test_encoder_layer_reads_the_placement():
+    """A pre-LN torch layer is read as pre-LN (it used to be rejected; now both placements run)."""
+    assert attnref.EncoderLayer.from_torch(torch.nn.TransformerEncoderLayer(8, 2, 16, norm_first=True)).norm_first
+    assert not attnref.EncoderLayer.from_torch(torch.nn.TransformerEncoderLayer(8, 2, 16)).norm_first
 
 
 def test_sinusoidal_encoding_values():
@@ -152,7 +152,7 @@ def test_sinusoidal_encoding_values():
 def test_head_projections_are_the_per_head_products(gen):
     weights = MultiHeadWeights.random(12, 3, generator=gen)
     x, memory = randn(gen, 2, 4, 12), randn(gen, 2, 6, 12)
-    q, k, v = attnref.head_projections(x, weights, key_input=memory)
+    q, k, v = attnref.head_projections(x, weights, key=memory)
     for i in range(weights.h):
         assert (q[:, i] - (x @ weights.w_q[i] + weights.b_q[i])).abs().max() < PARITY_ATOL
         assert (k[:, i] - (memory @ weights.w_k[i] + weights.b_k[i])).abs().max() < PARITY_ATOL
@@ -169,10 +169,14 @@ def test_per_head_and_packed_forms_agree_with_only_some_biases(gen):
 
 
 def test_encoder_layer_with_weights_returns_the_attention_weights(gen):
-    torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=gen)))
-    layer = attnref.EncoderLayer.from_torch(torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True,
-                                                                             dtype=torch.float64))
-    x = randn(gen, 5, 8)
-    z, weights = attnref.encoder_layer_with_weights(x, layer)
-    assert torch.equal(z, attnref.encoder_layer(x, layer))
-    assert torch.equal(weights, attnref.multi_head_attention(x, layer.attention).weights)
+    """The weights returned are torch's (per head, not averaged), and ``z`` is torch's output."""
+    module = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True, dtype=torch.float64)
+    randomise(module, gen)
+    x = randn(gen, 2, 5, 8)
+    key_mask = torch.ones(2, 5, dtype=torch.bool)
+    key_mask[1, 3:] = False
+    z, weights = attnref.encoder_layer_with_weights(x, attnref.EncoderLayer.from_torch(module), key_mask=key_mask)
+    _, expected_weights = module.self_attn(x, x, x, key_padding_mask=~key_mask, average_attn_weights=False)
+    assert weights.shape == (2, 2, 5, 5)
+    assert (weights - expected_weights).abs().max() < PARITY_ATOL
+    assert (z - module(x, src_key_padding_mask=~key_mask)).abs().max() < PARITY_ATOL

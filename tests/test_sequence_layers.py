@@ -87,7 +87,7 @@ def test_position_wise_linear_width_mismatch():
 
 
 def test_position_wise_linear_bad_bias():
-    with pytest.raises(ValueError, match=r"bias must have d_out = 2 entries, got shape \(3,\)"):
+    with pytest.raises(ValueError, match=r"bias has shape \(3,\), expected \(2,\) for weight \(4, 2\)"):
         sl.position_wise_linear(t(3, 4), t(4, 2), t(3))
 
 
@@ -117,12 +117,12 @@ def test_sliding_window_linear_sequence_shorter_than_window():
 
 
 def test_sliding_window_linear_bad_bias():
-    with pytest.raises(ValueError, match=r"bias must have d_out = 2 entries, got shape \(5,\)"):
+    with pytest.raises(ValueError, match=r"bias has shape \(5,\), expected \(2,\) for weight \(2, 4, 2\)"):
         sl.sliding_window_linear(t(5, 4), t(2, 4, 2), t(5))
 
 
 def test_token_mixing_linear_length_mismatch():
-    with pytest.raises(ValueError, match=r"mixing has shape \(3, 5\) and values has shape \(4, 2\)"):
+    with pytest.raises(ValueError, match=r"mixing has shape \(3, 5\) and value has shape \(4, 2\)"):
         sl.token_mixing_linear(t(4, 2), t(3, 5))
 
 
