@@ -37,6 +37,8 @@ def floating(name: str, x: Tensor, *, min_dim: int = 1, max_dim: int | None = No
         raise ValueError(f"{name} must have at least {min_dim} dimensions, got shape {shape_of(x)}")
     if max_dim is not None and x.dim() > max_dim:
         raise ValueError(f"{name} must have at most {max_dim} dimensions, got shape {shape_of(x)}")
+    if x.device.type == "meta":   # shapes only, no values to check
+        return x
     if torch.isnan(x).any():
         raise ValueError(f"{name} contains NaN (shape {shape_of(x)}); attnref does not propagate NaN")
     if not allow_inf and torch.isinf(x).any():

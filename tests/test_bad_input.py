@@ -128,3 +128,157 @@ def test_not_a_tensor():
         attnref.scaled_dot_product_attention([[1.0]], t(3, 4), t(3, 2))
 
 
+
+
+# ------------------------------------------------------------------------------------------
+# Empty sizes: a documented result (empty in, empty out) or a ValueError
+# ------------------------------------------------------------------------------------------
+
+def test_no_key_gives_zero_weights_and_a_zero_output():
+    """m = 0: every query has nothing to attend, like a fully masked query (documented)."""
+    result = attnref.scaled_dot_product_attention(t(2, 4), t(0, 4), t(0, 3))
+    assert result.weights.shape == (2, 0) and torch.equal(result.output, torch.zeros(2, 3, dtype=torch.float64))
+    assert attnref.softmax(t(2, 0)).shape == (2, 0)
+
+
+def test_no_query_gives_empty_results():
+    result = attnref.scaled_dot_product_attention(t(0, 4), t(3, 4), t(3, 2))
+    assert result.output.shape == (0, 2) and result.weights.shape == (0, 3)
+    mha = attnref.multi_head_attention(t(0, 8), MultiHeadWeights.random(8, 2))
+    assert mha.output.shape == (0, 8) and mha.weights.shape == (2, 0, 0)
+    assert attnref.pre_ln_layer(t(0, 8), attnref.EncoderLayer.random(8, 2, 16)).output.shape == (0, 8)
+
+
+def test_layer_norm_of_zero_width():
+    with pytest.raises(ValueError, match=r"x has shape \(2, 0\): LayerNorm over d = 0 entries is undefined"):
+        attnref.layer_norm(t(2, 0))
+
+
+def test_zero_key_width_without_a_scale():
+    with pytest.raises(ValueError, match=r"query \(2, 0\) and key \(3, 0\) have width d_k = 0"):
+        attnref.scaled_dot_product_attention(t(2, 0), t(3, 0), t(3, 2))
+    # with an explicit scale the scores are the empty sum 0: uniform weights
+    result = attnref.scaled_dot_product_attention(t(2, 0), t(3, 0), t(3, 2), scale=1.0)
+    assert torch.allclose(result.weights, torch.full((2, 3), 1 / 3, dtype=torch.float64))
+
+
+def test_layer_norm_without_eps_of_a_constant_row():
+    with pytest.raises(ValueError, match=r"x of shape \(2, 4\) has a constant row: LayerNorm with eps = 0"):
+        attnref.layer_norm(t(2, 4), attnref.LayerNormParams(eps=0.0))
+
+
+# ------------------------------------------------------------------------------------------
+# Arguments of the wrong kind
+# ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("function", ["luong_dot_scores", "cosine_scores"])
+def test_score_batch_dimensions_do_not_broadcast(function):
+    with pytest.raises(ValueError, match=r"batch dimensions do not broadcast: query \(2, 3, 4\), key \(5, 3, 4\)"):
+        getattr(attnref, function)(t(2, 3, 4), t(5, 3, 4))
+
+
+def test_additive_and_general_score_batch_dimensions_do_not_broadcast():
+    with pytest.raises(ValueError, match=r"batch dimensions do not broadcast: query \(2, 3, 4\), key \(5, 3, 4\)"):
+        attnref.additive_scores(t(2, 3, 4), t(5, 3, 4), t(4, 2), t(4, 2), t(2))
+    with pytest.raises(ValueError, match=r"batch dimensions do not broadcast: query \(2, 3, 4\), key \(5, 3, 4\)"):
+        attnref.luong_general_scores(t(2, 3, 4), t(5, 3, 4), t(4, 4))
+
+
+def test_beta_of_one_value_per_key_is_rejected():
+    """A (3,) beta with n = m = 3 would broadcast along the keys: one strength per key, silently."""
+    with pytest.raises(ValueError, match=r"beta of shape \(3,\) must hold one value per query: shape \(\.\.\., n, 1\)"):
+        attnref.cosine_attention(t(3, 4), t(3, 4), t(3, 2), beta=t(3))
+
+
+@pytest.mark.parametrize("beta", ["2", float("nan"), True])
+def test_beta_must_be_a_finite_real(beta):
+    with pytest.raises(ValueError, match="beta must be"):
+        attnref.cosine_attention(t(3, 4), t(3, 4), t(3, 2), beta=beta)
+
+
+def test_scale_must_be_a_real_number():
+    with pytest.raises(ValueError, match=r"scale must be a real number, got 'a' \(str\)"):
+        attnref.scaled_dot_product_attention(t(2, 4), t(3, 4), t(3, 2), scale="a")
+
+
+def test_mask_on_another_device():
+    mask = torch.ones(2, 3, dtype=torch.bool, device="meta")
+    with pytest.raises(ValueError, match=r"mask of shape \(2, 3\) is on meta, the inputs on cpu"):
+        attnref.scaled_dot_product_attention(t(2, 4), t(3, 4), t(3, 2), mask=mask)
+    with pytest.raises(ValueError, match=r"key_mask of shape \(2, 3\) is on meta, key on cpu"):
+        attnref.multi_head_attention(t(2, 3, 8), MultiHeadWeights.random(8, 2), key_mask=mask)
+
+
+def test_inputs_on_two_devices():
+    with pytest.raises(ValueError, match=r"inputs must be on one device, got query: cpu \(2, 4\), key: meta"):
+        attnref.scaled_dot_product_attention(t(2, 4), torch.ones(3, 4, dtype=torch.float64, device="meta"), t(3, 2))
+
+
+@pytest.mark.parametrize("causal", ["no", 1, None])
+def test_causal_must_be_a_bool(causal):
+    with pytest.raises(ValueError, match="causal must be True or False"):
+        attnref.scaled_dot_product_attention(t(2, 4), t(3, 4), t(3, 2), causal=causal)
+    with pytest.raises(ValueError, match="causal must be True or False"):
+        attnref.multi_head_attention(t(2, 8), MultiHeadWeights.random(8, 2), causal=causal)
+
+
+@pytest.mark.parametrize("eps, message", [(float("nan"), "eps must be finite, got nan"),
+                                          (-1e-5, "eps must be ≥ 0"), ("1e-5", "eps must be a real number")])
+def test_layer_norm_eps(eps, message):
+    with pytest.raises(ValueError, match=message):
+        attnref.LayerNormParams(eps=eps)
+
+
+def test_ffn_bias_of_the_wrong_shape():
+    """A (5, 8) b_2 would broadcast over a batch of 5 tokens silently."""
+    with pytest.raises(ValueError, match=r"b_2 has shape \(5, 8\), expected \(8,\) for w_2 \(16, 8\)"):
+        attnref.FeedForward(t(8, 16), t(16), t(16, 8), t(5, 8))
+    with pytest.raises(ValueError, match=r"b_1 has shape \(8,\), expected \(16,\) for w_1 \(8, 16\)"):
+        attnref.FeedForward(t(8, 16), t(8), t(16, 8), t(8))
+
+
+def test_ffn_bias_of_the_wrong_dtype():
+    with pytest.raises(ValueError, match=r"inputs must share one dtype, got w_2: torch.float64 \(16, 8\), "
+                                         r"b_2: torch.float32 \(8,\)"):
+        attnref.FeedForward(t(8, 16), t(16), t(16, 8), t(8, dtype=torch.float32))
+
+
+def test_ffn_weights_of_two_dtypes():
+    with pytest.raises(ValueError, match=r"inputs must share one dtype, got w_1: torch.float64 \(8, 16\), "
+                                         r"w_2: torch.float32 \(16, 8\)"):
+        attnref.FeedForward(t(8, 16), None, t(16, 8, dtype=torch.float32), None)
+
+
+def test_ffn_input_of_another_dtype():
+    ffn = attnref.FeedForward(t(8, 16), None, t(16, 8), None)
+    with pytest.raises(ValueError, match=r"inputs must share one dtype, got x: torch.float32 \(3, 8\)"):
+        attnref.feed_forward(t(3, 8, dtype=torch.float32), ffn)
+
+
+def test_mha_errors_name_what_the_caller_passed():
+    weights = MultiHeadWeights.random(8, 2)
+    with pytest.raises(ValueError, match=r"batch dimensions do not broadcast: query \(2, 5, 8\), key \(3, 6, 8\)"):
+        attnref.multi_head_attention(t(2, 5, 8), weights, key=t(3, 6, 8))
+    with pytest.raises(ValueError, match=r"mask of shape \(5, 4\) does not broadcast to the scores' shape "
+                                         r"\(\.\.\., n, m\) = \(2, 5, 5\)"):
+        attnref.multi_head_attention_packed(t(2, 5, 8), weights, mask=torch.ones(5, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"mask of shape \(2, 3, 5, 5\) does not broadcast to the per-head "
+                                         r"scores' shape \(\.\.\., h, n, m\) = \(2, 2, 5, 5\)"):
+        attnref.multi_head_attention(t(2, 5, 8), weights, mask=torch.ones(2, 3, 5, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match="weights must be MultiHeadWeights, got Tensor"):
+        attnref.multi_head_attention(t(2, 5, 8), t(8, 8))
+
+
+def test_linear_attention_takes_boolean_masks_only():
+    with pytest.raises(ValueError, match=r"linear_attention takes boolean masks only .* shape \(2, 3\)"):
+        attnref.linear_attention(t(2, 4), t(3, 4), t(3, 2), mask=t(2, 3))
+
+
+def test_encoder_layer_of_inconsistent_widths():
+    good = attnref.EncoderLayer.random(8, 2, 16)
+    with pytest.raises(ValueError, match=r"the FFN input width must be the model width d: attention.w_o has shape "
+                                         r"\(8, 8\) and ffn.w_1 has shape \(6, 16\)"):
+        attnref.EncoderLayer(good.attention, good.norm_1, attnref.FeedForward(t(6, 16), None, t(16, 8), None),
+                             good.norm_2)
+    with pytest.raises(ValueError, match="norm_first must be True or False, got 'yes'"):
+        attnref.EncoderLayer(good.attention, good.norm_1, good.ffn, good.norm_2, norm_first="yes")
