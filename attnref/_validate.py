@@ -203,6 +203,26 @@ def strength(name: str, value: float | Tensor, scores_shape: tuple[int, ...], dt
     return value
 
 
+#: How far a row of attention weights may sum from 1 (round-off of a softmax and its products).
+ROW_SUM_TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-5}
+
+
+def weight_rows(name: str, weights: Tensor) -> Tensor:
+    """Attention weights ``(..., m)``: finite, ≥ 0, every row summing to 1 — or all zero, a fully
+    masked query — within :data:`ROW_SUM_TOLERANCE` (the one check of weight rows; the analysis
+    and model modules should use it instead of their own copies)."""
+    floating(name, weights, min_dim=1)
+    if (weights < 0).any():
+        raise ValueError(f"{name} of shape {shape_of(weights)} have negative entries; "
+                         "attention weights are probabilities")
+    sums = weights.sum(dim=-1)                                          # (...,)
+    tolerance = ROW_SUM_TOLERANCE.get(weights.dtype, 1e-3)
+    if not (((sums - 1).abs() <= tolerance) | (sums == 0)).all():
+        raise ValueError(f"every row of {name} (shape {shape_of(weights)}) must sum to 1 "
+                         "(or be all zero, a fully masked query)")
+    return weights
+
+
 # ------------------------------------------------------------------------------------------
 # COMPATIBILITY SHIM — old keyword names, kept until every call site uses the new ones.
 # Remove `renamed` and its uses once the notebooks are updated (see the list in each use).

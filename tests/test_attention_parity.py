@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -125,3 +127,114 @@ def test_gat_and_gatv2_scores_definition(gen):
     loop2 = torch.tensor([[float(a2 @ F.leaky_relu(torch.cat([nodes[i], nodes[j]]) @ w2, 0.2)) for j in range(5)]
                           for i in range(5)], dtype=torch.float64)
     assert (e2 - loop2).abs().max() < PARITY_ATOL
+
+
+# ------------------------------------------------------------------------------------------
+# One API: the same masks, with the same meaning, in every attention; one result type
+# ------------------------------------------------------------------------------------------
+
+def masks(gen, batch=2, n=5, m=7):
+    keep = torch.rand(batch, n, m, generator=gen) > 0.3
+    keep[..., 0] = True
+    key_mask = torch.ones(batch, m, dtype=torch.bool)
+    key_mask[1, 5:] = False
+    return keep, key_mask
+
+
+def test_every_attention_returns_an_attention_result(gen):
+    from attnref import sequence_layers as sl
+    q, k, v = qkv(gen, m=5, d_v=4)
+    weights = attnref.MultiHeadWeights.random(4, 2, generator=gen)
+    layer = attnref.EncoderLayer.random(4, 2, 8, generator=gen)
+    results = [attnref.scaled_dot_product_attention(q, k, v), attnref.cosine_attention(q, k, v),
+               attnref.linear_attention(q, k, v), attnref.parameter_free_self_attention(q),
+               attnref.attention_from_scores(q @ k.transpose(-2, -1), v), attnref.multi_head_attention(q, weights),
+               attnref.multi_head_attention_packed(q, weights), attnref.encoder_layer_with_weights(q, layer),
+               attnref.pre_ln_layer(q, layer), attnref.post_ln_layer(q, layer), attnref.decoder_layer(q, layer),
+               sl.token_mixing_linear(v, randn(gen, 3, 5))]
+    assert all(isinstance(r, attnref.AttentionResult) for r in results)
+
+
+def test_key_mask_and_causal_mean_the_same_as_the_mask_they_stand_for(gen):
+    q, k, v = qkv(gen, n=7, m=7)
+    keep, key_mask = masks(gen, n=7, m=7)
+    causal = torch.ones(7, 7, dtype=torch.bool).tril()
+    full = keep & key_mask[:, None, :] & causal
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=full)
+    ours = attnref.scaled_dot_product_attention(q, k, v, mask=keep, key_mask=key_mask, causal=True)
+    assert (ours.output - expected).abs().max() < PARITY_ATOL
+
+
+def test_parameter_free_attention_with_masks_matches_torch(gen):
+    x = randn(gen, 2, 5, 4) * 0.5
+    keep, key_mask = masks(gen, n=5, m=5)
+    full = keep & key_mask[:, None, :] & torch.ones(5, 5, dtype=torch.bool).tril()
+    ours = attnref.parameter_free_self_attention(x, mask=keep, key_mask=key_mask, causal=True)
+    expected = F.scaled_dot_product_attention(x, x, x, attn_mask=full, scale=1.0)
+    assert (ours.output - expected).abs().max() < PARITY_ATOL
+
+
+def test_cosine_attention_with_masks_matches_torch(gen):
+    q, k, v = qkv(gen)
+    keep, key_mask = masks(gen)
+    beta = randn(gen, 2, 5, 1).abs() * 3
+    ours = attnref.cosine_attention(q, k, v, beta=beta, mask=keep, key_mask=key_mask)
+    expected = F.scaled_dot_product_attention(F.normalize(q, dim=-1) * beta, F.normalize(k, dim=-1), v,
+                                              attn_mask=keep & key_mask[:, None, :], scale=1.0)
+    assert (ours.output - expected).abs().max() < PARITY_ATOL
+
+
+def test_linear_attention_with_masks_sums_the_kept_pairs_only(gen):
+    q, k, v = qkv(gen)
+    keep, key_mask = masks(gen)
+    ours = attnref.linear_attention(q, k, v, mask=keep, key_mask=key_mask, causal=True)
+    for b in range(2):
+        for i in range(5):
+            kept = [j for j in range(7) if keep[b, i, j] and key_mask[b, j] and j <= i]
+            y = sum((float(q[b, i] @ k[b, j]) * v[b, j] for j in kept), torch.zeros(3, dtype=torch.float64))
+            assert (ours.output[b, i] - y).abs().max() < PARITY_ATOL
+
+
+def test_attention_from_scores_with_a_key_mask(gen):
+    scores, v = randn(gen, 2, 5, 7), randn(gen, 2, 7, 3)
+    _, key_mask = masks(gen)
+    ours = attnref.attention_from_scores(scores, v, key_mask=key_mask)
+    expected = torch.softmax(scores.masked_fill(~key_mask[:, None, :], float("-inf")), -1) @ v
+    assert (ours.output - expected).abs().max() < PARITY_ATOL
+
+
+# ------------------------------------------------------------------------------------------
+# Unit tests against explicit loops
+# ------------------------------------------------------------------------------------------
+
+def test_luong_dot_scores_by_loop(gen):
+    s, h = randn(gen, 2, 3, 4), randn(gen, 2, 5, 4)
+    scores = attnref.luong_dot_scores(s, h)
+    loop = torch.tensor([[[sum(float(s[b, i, a] * h[b, j, a]) for a in range(4)) for j in range(5)]
+                          for i in range(3)] for b in range(2)], dtype=torch.float64)
+    assert (scores - loop).abs().max() < PARITY_ATOL
+
+
+def test_parameter_free_self_attention_by_loop(gen):
+    x = randn(gen, 4, 3)
+    result = attnref.parameter_free_self_attention(x)
+    for i in range(4):
+        logits = [float(x[i] @ x[j]) for j in range(4)]
+        top = max(logits)
+        exps = [math.exp(z - top) for z in logits]
+        alpha = [e / sum(exps) for e in exps]
+        y = sum(alpha[j] * x[j] for j in range(4))
+        assert max(abs(result.weights[i, j].item() - alpha[j]) for j in range(4)) < PARITY_ATOL
+        assert (result.output[i] - y).abs().max() < PARITY_ATOL
+
+
+def test_fused_bilinear_by_loop(gen):
+    weights = attnref.MultiHeadWeights.random(6, 2, generator=gen)
+    for head in range(2):
+        fused = weights.fused_bilinear(head)
+        w_q, w_k = weights.w_q[head], weights.w_k[head]
+        loop = torch.tensor([[sum(float(w_q[r, a] * w_k[c, a]) for a in range(3)) for c in range(6)]
+                             for r in range(6)], dtype=torch.float64)
+        assert (fused - loop).abs().max() < PARITY_ATOL
+        x, y = randn(gen, 6), randn(gen, 6)   # the score of the head without biases: (x W_Q)·(y W_K)
+        assert abs(float(x @ fused @ y) - float((x @ w_q) @ (y @ w_k))) < PARITY_ATOL

@@ -180,3 +180,138 @@ def test_encoder_layer_with_weights_returns_the_attention_weights(gen):
     assert weights.shape == (2, 2, 5, 5)
     assert (weights - expected_weights).abs().max() < PARITY_ATOL
     assert (z - module(x, src_key_padding_mask=~key_mask)).abs().max() < PARITY_ATOL
+
+
+@pytest.mark.parametrize("form", [attnref.multi_head_attention, attnref.multi_head_attention_packed])
+def test_per_head_mask_matches_torch(gen, form):
+    """attnref's (b, h, n, m) mask is torch's (b·h, n, m) attn_mask (torch: True = not allowed)."""
+    module = torch_mha(gen, d=8, h=2)
+    x = randn(gen, 3, 5, 8)
+    keep = torch.rand(3, 2, 5, 5, generator=gen) > 0.4
+    keep[..., 0] = True
+    key_mask = torch.ones(3, 5, dtype=torch.bool)
+    key_mask[2, 3:] = False
+    expected, expected_weights = module(x, x, x, attn_mask=~keep.reshape(6, 5, 5), key_padding_mask=~key_mask,
+                                        average_attn_weights=False)
+    ours = form(x, MultiHeadWeights.from_torch(module), mask=keep, key_mask=key_mask)
+    assert (ours.output - expected).abs().max() < PARITY_ATOL
+    assert (ours.weights - expected_weights).abs().max() < PARITY_ATOL
+
+
+# ------------------------------------------------------------------------------------------
+# float32: tolerances from float32's unit round-off
+# ------------------------------------------------------------------------------------------
+
+U32 = torch.finfo(torch.float32).eps / 2   # unit round-off of float32, 2⁻²⁴ ≈ 6e-8
+
+
+@pytest.mark.parametrize("form", [attnref.multi_head_attention, attnref.multi_head_attention_packed])
+def test_float32_multi_head_attention_is_float32_accurate(gen, form):
+    """Against the float64 evaluation of the same float32 numbers. Each output passes five
+    stages (projection, scores, softmax, weighted sum, output projection), each a sum of at
+    most d = 16 terms: the error is below 5·d·u·(a bound on the magnitudes, ≤ 4 here)."""
+    weights32 = MultiHeadWeights.random(16, 4, generator=gen).to(dtype=torch.float32)
+    x32 = randn(gen, 2, 6, 16).float()
+    ours = form(x32, weights32)
+    reference = form(x32.double(), weights32.to(dtype=torch.float64))
+    assert ours.output.dtype == torch.float32
+    assert (ours.output.double() - reference.output).abs().max() < 5 * 16 * U32 * 4
+    assert (ours.weights.double() - reference.weights).abs().max() < 5 * 16 * U32 * 4
+    expected = weights32.to_torch()(x32, x32, x32)[0]
+    assert (ours.output - expected).abs().max() < 2 * 5 * 16 * U32 * 4   # both within the bound
+
+
+def test_float32_layer_norm_is_float32_accurate(gen):
+    """(x − μ)/σ with d = 32 terms in μ and σ²: error below 4·d·u relative to |y| ≤ √d."""
+    x32 = (randn(gen, 4, 32) * 3 + 1).float()
+    params = attnref.LayerNormParams(gain=randn(gen, 32).float(), bias=randn(gen, 32).float())
+    ours = attnref.layer_norm(x32, params)
+    reference = attnref.layer_norm(x32.double(), params.to(dtype=torch.float64))
+    scale = reference.abs().max().item()
+    assert ours.dtype == torch.float32
+    assert (ours.double() - reference).abs().max() < 4 * 32 * U32 * scale
+    torch_ln = torch.nn.functional.layer_norm(x32, (32,), params.gain, params.bias, eps=params.eps)
+    assert (ours - torch_ln).abs().max() < 2 * 4 * 32 * U32 * scale
+
+
+# ------------------------------------------------------------------------------------------
+# Non-contiguous inputs give the contiguous inputs' results
+# ------------------------------------------------------------------------------------------
+
+def test_non_contiguous_inputs(gen):
+    base = randn(gen, 8, 2, 6)                    # (d, b, n): transposed below to (b, n, d)
+    x = base.permute(1, 2, 0)                      # (2, 6, 8), non-contiguous
+    assert not x.is_contiguous()
+    dense = x.contiguous()
+    weights = MultiHeadWeights.random(8, 2, generator=gen)
+    layer = attnref.EncoderLayer.random(8, 2, 16, generator=gen)
+    key_mask = torch.ones(6, 2, dtype=torch.bool).T                # (2, 6), non-contiguous
+    key_mask[1, 4:] = False
+    runs = [
+        lambda x, km: attnref.scaled_dot_product_attention(x, x[:, ::2], x[:, ::2], key_mask=km[:, ::2]).output,
+        lambda x, km: attnref.multi_head_attention(x, weights, key_mask=km).output,
+        lambda x, km: attnref.multi_head_attention_packed(x, weights, key_mask=km).output,
+        lambda x, km: attnref.layer_norm(x),
+        lambda x, km: attnref.pre_ln_layer(x, layer, key_mask=km).output,
+        lambda x, km: attnref.decoder_layer(x, layer).output,
+    ]
+    for run in runs:
+        assert (run(x, key_mask) - run(dense, key_mask.contiguous())).abs().max() < PARITY_ATOL
+
+
+# ------------------------------------------------------------------------------------------
+# Devices and dtypes
+# ------------------------------------------------------------------------------------------
+
+def test_constructors_place_weights_where_asked():
+    weights = MultiHeadWeights.random(8, 2, device="meta")
+    layer = attnref.EncoderLayer.random(8, 2, 16, device="meta")
+    tensors = [getattr(weights, n) for n in ("w_q", "w_k", "w_v", "w_o", "b_q", "b_o")]
+    tensors += [layer.attention.w_q, layer.norm_1.gain, layer.norm_2.bias, layer.ffn.w_1, layer.ffn.b_2]
+    tensors.append(attnref.sinusoidal_positional_encoding(4, 8, device="meta"))
+    assert all(t.device.type == "meta" for t in tensors)
+
+
+def test_to_changes_every_tensor(gen):
+    layer = attnref.EncoderLayer.random(8, 2, 16, norm_first=True, generator=gen).to(dtype=torch.float32)
+    assert layer.norm_first
+    assert {t.dtype for t in (layer.attention.w_q, layer.attention.b_o, layer.norm_1.gain, layer.norm_2.bias,
+                              layer.ffn.w_2, layer.ffn.b_1)} == {torch.float32}
+    assert MultiHeadWeights.random(8, 2, generator=gen).to("meta").w_k.device.type == "meta"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_runs_on_cuda_and_agrees_with_the_cpu(gen):
+    layer = attnref.EncoderLayer.random(8, 2, 16, norm_first=True, generator=gen)
+    x = randn(gen, 2, 5, 8)
+    key_mask = torch.ones(2, 5, dtype=torch.bool)
+    key_mask[1, 3:] = False
+    on_gpu = attnref.decoder_layer(x.cuda(), layer.to("cuda"), key_mask=key_mask.cuda())
+    on_cpu = attnref.decoder_layer(x, layer, key_mask=key_mask)
+    assert on_gpu.output.device.type == "cuda"
+    assert (on_gpu.output.cpu() - on_cpu.output).abs().max() < 1e-10
+    weights = MultiHeadWeights.random(8, 2, generator=gen, device="cuda")
+    assert weights.w_q.device.type == "cuda"
+    assert attnref.multi_head_attention(x.cuda(), weights, causal=True).output.device.type == "cuda"
+    assert attnref.sinusoidal_positional_encoding(4, 8, device="cuda").device.type == "cuda"
+
+
+# ------------------------------------------------------------------------------------------
+# COMPATIBILITY SHIM: the old keyword names still work (delete with attnref._validate.renamed)
+# ------------------------------------------------------------------------------------------
+
+def test_old_keyword_names_still_work(gen):
+    from attnref import sequence_layers as sl
+    q, k, v = randn(gen, 3, 4), randn(gen, 5, 4), randn(gen, 5, 2)
+    weights = MultiHeadWeights.random(4, 2, generator=gen)
+    assert torch.equal(attnref.cosine_attention(queries=q, keys=k, values=v).output,
+                       attnref.cosine_attention(q, k, v).output)
+    assert torch.equal(attnref.luong_dot_scores(queries=q, keys=k), attnref.luong_dot_scores(q, k))
+    assert torch.equal(attnref.attention_from_scores(q @ k.T, values=v).output,
+                       attnref.attention_from_scores(q @ k.T, v).output)
+    assert torch.equal(attnref.multi_head_attention(query_input=q, weights=weights, key_input=k).output,
+                       attnref.multi_head_attention(q, weights, k).output)
+    mixing = randn(gen, 2, 5)
+    assert torch.equal(sl.token_mixing_linear(values=v, mixing=mixing).output, sl.token_mixing_linear(v, mixing).output)
+    with pytest.raises(TypeError, match="got both 'key_input' \\(old name\\) and 'key'"):
+        attnref.multi_head_attention(q, weights, key=k, key_input=k)
