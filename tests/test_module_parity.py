@@ -315,3 +315,15 @@ def test_old_keyword_names_still_work(gen):
     assert torch.equal(sl.token_mixing_linear(values=v, mixing=mixing).output, sl.token_mixing_linear(v, mixing).output)
     with pytest.raises(TypeError, match="got both 'key_input' \\(old name\\) and 'key'"):
         attnref.multi_head_attention(q, weights, key=k, key_input=k)
+
+
+def test_annotated_transformer_layer_norm_is_torch_s_with_a_rescaled_gain_at_eps_zero(gen):
+    """book/notation.md, eq-notation-layernorm-map: a_2 (x − mean)/(x.std(−1) + 0) + b_2 (Bessel-
+    corrected std, the Annotated Transformer's) equals attnref's LayerNorm with gain √((d−1)/d)·a_2."""
+    d = 7
+    x, a_2, b_2 = randn(gen, 3, d) * 4 + 1, randn(gen, d), randn(gen, d)
+    annotated = a_2 * (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + 0.0) + b_2
+    ours = attnref.layer_norm(x, attnref.LayerNormParams(gain=math.sqrt((d - 1) / d) * a_2, bias=b_2, eps=0.0))
+    assert (ours - annotated).abs().max() < PARITY_ATOL
+    with_eps = attnref.layer_norm(x, attnref.LayerNormParams(gain=math.sqrt((d - 1) / d) * a_2, bias=b_2, eps=1e-6))
+    assert (with_eps - annotated).abs().max() > 0   # ε > 0: no exact map
