@@ -31,7 +31,7 @@ N ?= 10
 PYTEST_ARGS ?=
 DETERMINISM_LOG ?= /tmp/attention-claims-determinism.log
 
-.PHONY: install book test test-fast seeds test-seeds determinism bench preflight execute lock clean help
+.PHONY: measure install book test test-fast seeds test-seeds determinism bench preflight execute lock clean help
 
 help:
 	@echo "make book | make test | make test-fast (no notebooks) | make execute (refresh stored outputs) | make clean"
@@ -85,6 +85,11 @@ determinism: $(STAMP) preflight
 # Timings: every notebook, kernel start and imports (the floor), `make test`, the book build.
 bench: $(STAMP) preflight
 	$(RUN) $(BIN)/python tools/bench.py
+
+# The trained decoder over the text set, once (about a minute): data/smollm2-measurements.{npz,json}.
+# The notebook reads them; make test re-measures two sentences and fails if the code changed since.
+measure: $(STAMP)
+	$(RUN) $(BIN)/python tools/measure_decoder.py
 
 # Re-execute notebooks in place (default seed, one thread) after changing one; commit the result.
 execute: $(STAMP)

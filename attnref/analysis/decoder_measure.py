@@ -1,0 +1,255 @@
+r"""What chapter 6 measures on the trained decoder (SmolLM2-135M-Instruct), stored for the notebook.
+
+Reading the 4-bit file and running 30 blocks over the text set takes longer than a notebook may
+(≈ 10 s to load, several seconds per pass on one core), so ``make measure`` runs
+:func:`measure` once and stores its raw per-sentence sums with their provenance
+(``data/smollm2-measurements.npz`` and ``.json``); the notebook computes its statistics,
+intervals and verdicts from them in a fraction of a second. ``make test`` notices drift:
+``tests/test_decoder_measure.py`` re-measures two sentences with the current code and compares,
+and fails when the source of the code that produced the numbers changed since they were stored.
+
+Per sentence ``s`` (its real tokens only), layer ``l`` (block ``l`` reads ``H^(l)``) and query
+head ``i`` (key head ``g(i) = i // (h / h_kv)``), sums over the rows a causal softmax sees
+(query token ``t`` with keys ``j ≤ t``, rows with at least two keys):
+
+``rows``                 number of such rows
+``within_pre``           Σ over rows of the variance over keys of ``q·k`` before rotation
+``within_post``          the same for the rotated (actual) logits ``q̃·k̃``
+``dot_cos``, ``cos_sq``, ``dot_sq``   Σ over allowed pairs of (q̃·k̃)(cos), cos², (q̃·k̃)² (dot vs cosine)
+``q_norm``, ``q_norm_sq``, ``k_norm``, ``k_norm_sq``   Σ over tokens of ‖q‖, ‖q‖², ‖k‖, ‖k‖² (k per key head)
+``ln_norm``, ``ln_norm_sq``, ``ln_dev``   Σ of ‖RMSNorm(h)‖ and its square (with the gain), and the
+                         largest |‖RMSNorm(h)‖/√d − 1| without the gain
+``stream_sq``, ``attention_sq``, ``ffn_sq``   Σ of ‖H^(l)‖², ‖attention update‖², ‖FFN update‖²
+``spread_sq``, ``total_sq``   ‖H^(l) − 1 h̄ᵀ‖_F² and ‖H^(l)‖_F² (D1's residual), l = 0 … 30
+``cos_sum``, ``pairs``   Σ of the cosines between distinct tokens of H^(l), and their number
+
+Weights (no text): the singular values of ``W(t) = W_Q^i R_t W_K^{g(i)ᵀ}`` for offsets ``t`` of
+:data:`OFFSETS`, ``‖W(t) − W(0)‖_F / ‖W(0)‖_F``, and a bound on how far the 4-bit rounding can
+have moved them (Weyl: a singular value moves by at most the spectral norm of the perturbation).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import torch
+
+from attnref import rope
+from attnref.decoder import rms_norm
+
+Tensor = torch.Tensor
+
+#: Relative offsets t at which the per-head family W(t) = W_Q R_t W_Kᵀ is measured.
+OFFSETS = (0, 1, 2, 4, 8, 32, 128)
+#: The source files whose code produces the stored numbers (their hash is stored with them).
+SOURCES = ("attnref/decoder.py", "attnref/rope.py", "attnref/attention.py", "attnref/models/smollm.py",
+           "attnref/analysis/decoder_measure.py", "attnref/analysis/texts.py")
+DATA = Path("data") / "smollm2-measurements"
+#: Q4_1 stores a block of 32 weights as d·q + m (q in 0…15, d and m in float16) rounded to nearest:
+#: each dequantized weight is within d·(1/2 + 15·2⁻¹¹) + |m|·2⁻¹¹ of the weight it replaced.
+FP16_UNIT = 2.0 ** -11
+
+
+def source_hash(root: Path) -> str:
+    """SHA-256 of the sources in :data:`SOURCES` (the code that produced the numbers)."""
+    digest = hashlib.sha256()
+    for name in SOURCES:
+        digest.update(name.encode())
+        digest.update((root / name).read_bytes())
+    return digest.hexdigest()
+
+
+def file_hash(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# --- weights -------------------------------------------------------------------------------------
+
+def head_factors(model, layer: int) -> tuple[Tensor, Tensor]:
+    """``W_Q`` per query head ``(h, d, d_k)`` and ``W_K`` per query head ``(h, d, d_k)`` (the shared
+    key head of each group repeated), float64."""
+    c = model.config
+    w = model.layers[layer]
+    w_q = w.w_q.double().unflatten(1, (c.h, c.d_k)).permute(1, 0, 2)          # (d, h·d_k) -> (h, d, d_k)
+    w_k = w.w_k.double().unflatten(1, (c.h_kv, c.d_k)).permute(1, 0, 2)       # (h_kv, d, d_k)
+    return w_q, w_k.repeat_interleave(c.h // c.h_kv, dim=0)                    # (h, d, d_k) each
+
+
+def family_spectra(model, offsets=OFFSETS) -> dict[str, Tensor]:
+    """Singular values of W(t) = W_Q R_t W_Kᵀ per (layer, head, offset), and the relative change
+    ‖W(t) − W(0)‖_F / ‖W(0)‖_F. With W_Q = Q_1 R_1, W_K = Q_2 R_2 (QR), W(t) = Q_1 (R_1 R_t R_2ᵀ) Q_2ᵀ:
+    its singular values are those of the d_k × d_k core."""
+    c = model.config
+    sigma = torch.zeros(len(model.layers), c.h, len(offsets), c.d_k, dtype=torch.float64)
+    change = torch.zeros(len(model.layers), c.h, len(offsets), dtype=torch.float64)
+    rotations = torch.stack([rope.rotation_matrix(t, c.d_k, c.rope_base, dtype=torch.float64) for t in offsets])
+    for l in range(len(model.layers)):
+        w_q, w_k = head_factors(model, l)
+        r_q = torch.linalg.qr(w_q).R                                            # (h, d_k, d_k)
+        r_k = torch.linalg.qr(w_k).R
+        cores = r_q[:, None] @ rotations[None] @ r_k.transpose(-2, -1)[:, None]  # (h, T, d_k, d_k)
+        sigma[l] = torch.linalg.svdvals(cores)
+        change[l] = (cores - cores[:, :1]).flatten(-2).norm(dim=-1) / cores[:, :1].flatten(-2).norm(dim=-1)
+    return {"family_sigma": sigma, "family_change": change}
+
+
+def quantisation_bounds(path: Path, layers: int, h: int, h_kv: int, d_k: int) -> dict[str, Tensor]:
+    """Per (layer, head): Frobenius-norm bounds of the 4-bit rounding of W_Q^i and W_K^{g(i)}, from the
+    block scales of the file (:data:`FP16_UNIT`), and the resulting bound on the spectral norm of
+    the change of W = W_Q W_Kᵀ: ‖ΔW‖₂ ≤ ‖ΔQ‖‖W_K‖ + ‖W_Q‖‖ΔK‖ + ‖ΔQ‖‖ΔK‖ (Frobenius norms)."""
+    import gguf
+    import numpy as np
+
+    reader = gguf.GGUFReader(str(path))
+    tensors = {t.name: t for t in reader.tensors}
+
+    def row_bounds(name: str) -> Tensor:
+        t = tensors[name]
+        if t.tensor_type != gguf.GGMLQuantizationType.Q4_1:
+            raise ValueError(f"{name}: expected Q4_1 blocks, found {t.tensor_type.name}")
+        blocks = np.asarray(t.data).reshape(t.data.shape[0], -1, 20)            # (rows, blocks, 20 bytes)
+        d = blocks[..., 0:2].copy().view(np.float16).astype(np.float64)[..., 0]
+        m = blocks[..., 2:4].copy().view(np.float16).astype(np.float64)[..., 0]
+        per_weight = d * (0.5 + 15 * FP16_UNIT) + np.abs(m) * FP16_UNIT         # (rows, blocks)
+        return torch.from_numpy(np.sqrt((32 * per_weight ** 2).sum(axis=1)))     # (rows,) Frobenius per row
+
+    delta_q = torch.zeros(layers, h, dtype=torch.float64)
+    delta_k = torch.zeros(layers, h, dtype=torch.float64)
+    for l in range(layers):
+        rows_q = row_bounds(f"blk.{l}.attn_q.weight").reshape(h, d_k)             # a head's rows of W_Qᵀ
+        rows_k = row_bounds(f"blk.{l}.attn_k.weight").reshape(h_kv, d_k)
+        delta_q[l] = rows_q.pow(2).sum(-1).sqrt()
+        delta_k[l] = rows_k.pow(2).sum(-1).sqrt().repeat_interleave(h // h_kv)
+    return {"delta_q": delta_q, "delta_k": delta_k}
+
+
+# --- activations ---------------------------------------------------------------------------------
+
+def _sums_for_sentence(model, ids: Tensor) -> dict[str, Tensor]:
+    """The per-sentence sums of the module docstring, for one sentence ``ids`` (n,)."""
+    from attnref.decoder import decoder_block
+
+    c = model.config
+    n = ids.shape[0]
+    L = len(model.layers)
+    out = {name: torch.zeros(L, c.h, dtype=torch.float64) for name in
+           ("rows", "within_pre", "within_post", "dot_cos", "cos_sq", "dot_sq", "q_norm", "q_norm_sq")}
+    out.update({name: torch.zeros(L, c.h_kv, dtype=torch.float64) for name in ("k_norm", "k_norm_sq")})
+    out.update({name: torch.zeros(L, dtype=torch.float64) for name in
+                ("ln_norm", "ln_norm_sq", "ln_dev", "attention_sq", "ffn_sq")})
+    out.update({name: torch.zeros(L + 1, dtype=torch.float64) for name in
+                ("stream_sq", "spread_sq", "total_sq", "cos_sum", "pairs")})
+    allowed = torch.ones(n, n, dtype=torch.bool).tril(-1) | torch.eye(n, dtype=torch.bool)   # j ≤ t
+    lower = torch.ones(n, n, dtype=torch.bool).tril(-1)                                     # distinct pairs
+    enough = allowed.sum(-1) >= 2                                                            # rows with ≥ 2 keys
+
+    def stream_stats(index: int, x: Tensor) -> None:
+        x64 = x.double()
+        out["stream_sq"][index] = x64.pow(2).sum()
+        out["total_sq"][index] = x64.pow(2).sum()
+        out["spread_sq"][index] = (x64 - x64.mean(0, keepdim=True)).pow(2).sum()
+        unit = x64 / x64.norm(dim=-1, keepdim=True)
+        out["cos_sum"][index] = (unit @ unit.T)[lower].sum()
+        out["pairs"][index] = lower.sum()
+
+    x = model.embedding[ids]                                                                # (n, d)
+    stream_stats(0, x)
+    for l, layer in enumerate(model.layers):
+        normalised = rms_norm(x, layer.attention_norm, c.eps)
+        plain = rms_norm(x.double(), None, c.eps)                                           # without the gain
+        out["ln_dev"][l] = (plain.norm(dim=-1) / math.sqrt(c.d) - 1).abs().max()
+        norms = normalised.double().norm(dim=-1)
+        out["ln_norm"][l], out["ln_norm_sq"][l] = norms.sum(), norms.pow(2).sum()
+        trace = decoder_block(x, layer, c)
+        att = trace.attention
+        q, k = att.query.double(), att.key.double()                                         # (h, n, d_k), (h_kv, n, d_k)
+        q_rot, k_rot = att.rotated_query.double(), att.rotated_key.double()
+        group = c.h // c.h_kv
+        k_shared, k_rot_shared = k.repeat_interleave(group, 0), k_rot.repeat_interleave(group, 0)
+        for name, a, b in (("within_pre", q, k_shared), ("within_post", q_rot, k_rot_shared)):
+            dots = a @ b.transpose(-2, -1)                                                  # (h, n, n)
+            masked = dots.masked_fill(~allowed, 0.0)
+            count = allowed.sum(-1).double()                                               # keys per row
+            mean = masked.sum(-1) / count
+            var = (masked.pow(2).sum(-1) / count - mean.pow(2)) * count / (count - 1).clamp(min=1)
+            out[name][l] = var[:, enough].sum(-1)
+            if name == "within_post":
+                cos = dots / (a.norm(dim=-1, keepdim=True) * b.norm(dim=-1).unsqueeze(-2))
+                out["dot_cos"][l] = (dots * cos)[:, allowed].sum(-1)
+                out["cos_sq"][l] = cos.pow(2)[:, allowed].sum(-1)
+                out["dot_sq"][l] = dots.pow(2)[:, allowed].sum(-1)
+        out["rows"][l] = enough.sum()
+        out["q_norm"][l], out["q_norm_sq"][l] = q.norm(dim=-1).sum(-1), q.pow(2).sum((-1, -2))
+        out["k_norm"][l], out["k_norm_sq"][l] = k.norm(dim=-1).sum(-1), k.pow(2).sum((-1, -2))
+        out["attention_sq"][l] = trace.attention_update.double().pow(2).sum()
+        out["ffn_sq"][l] = trace.ffn_update.double().pow(2).sum()
+        x = trace.output
+        stream_stats(l + 1, x)
+    return out
+
+
+def measure_sentences(model, token_ids: list[list[int]], progress=None) -> dict[str, Tensor]:
+    """:func:`_sums_for_sentence` for every sentence, stacked along a first dimension."""
+    rows = []
+    for i, ids in enumerate(token_ids):
+        with torch.no_grad():
+            rows.append(_sums_for_sentence(model, torch.tensor(ids, dtype=torch.int64)))
+        if progress is not None:
+            progress(i + 1, len(token_ids))
+    return {name: torch.stack([r[name] for r in rows]) for name in rows[0]}
+
+
+def long_text_logit_spectra(model, ids: list[int]) -> Tensor:
+    """Singular values of each head's full (pre-mask) logit matrix Q̃ K̃ᵀ on one long text,
+    ``(layers, h, n)``: with n > d_k at most d_k of them can be non-zero (H7)."""
+    from attnref.decoder import decoder_block
+
+    c = model.config
+    x = model.embedding[torch.tensor(ids, dtype=torch.int64)]
+    spectra = []
+    with torch.no_grad():
+        for layer in model.layers:
+            trace = decoder_block(x, layer, c)
+            q = trace.attention.rotated_query.double()
+            k = trace.attention.rotated_key.double().repeat_interleave(c.h // c.h_kv, 0)
+            spectra.append(torch.linalg.svdvals(q @ k.transpose(-2, -1)))                  # (h, n)
+            x = trace.output
+    return torch.stack(spectra)
+
+
+# --- storing -------------------------------------------------------------------------------------
+
+def save(root: Path, arrays: dict[str, Tensor], provenance: dict) -> None:
+    import numpy as np
+    path = root / DATA
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(path.with_suffix(".npz"), **{k: v.numpy() for k, v in arrays.items()})
+    path.with_suffix(".json").write_text(json.dumps(provenance, indent=1, sort_keys=True) + "\n")
+
+
+class StaleMeasurements(RuntimeError):
+    pass
+
+
+def load(root: Path) -> tuple[dict[str, Tensor], dict]:
+    """The stored measurements and their provenance; a missing or stale file raises one line
+    naming ``make measure``."""
+    import numpy as np
+    path = root / DATA
+    if not path.with_suffix(".npz").exists() or not path.with_suffix(".json").exists():
+        raise StaleMeasurements(f"{DATA}.npz is missing: run `make measure` (about a minute)")
+    provenance = json.loads(path.with_suffix(".json").read_text())
+    current = source_hash(root)
+    if provenance.get("source_sha256") != current:
+        raise StaleMeasurements(f"{DATA}.npz was measured with other code (source hash "
+                                f"{provenance.get('source_sha256', '?')[:12]} ≠ {current[:12]}): run `make measure`")
+    with np.load(path.with_suffix(".npz")) as data:
+        arrays = {k: torch.from_numpy(data[k]) for k in data.files}
+    return arrays, provenance

@@ -1,0 +1,82 @@
+"""The stored decoder measurements (data/smollm2-measurements.*) still match the code and the model.
+
+``make measure`` ran SmolLM2 over the text set once; chapter 6 reads the stored sums. These tests
+fail when the numbers and the code drift apart: the hash of the code that produced them, the
+hash of the model file, and a re-measurement of two sentences and of layer 0's weights with the
+current code (float32, one thread), which must reproduce the stored values.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnref.analysis import decoder_measure as dm
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def stored():
+    try:
+        return dm.load(ROOT)
+    except dm.StaleMeasurements as error:
+        pytest.fail(str(error))
+
+
+@pytest.fixture(scope="module")
+def model():
+    from attnref.models import smollm
+    try:
+        return smollm.load()
+    except FileNotFoundError as error:
+        pytest.skip(str(error))
+
+
+def test_the_model_file_is_the_one_measured(stored):
+    from attnref.models import smollm
+    arrays, provenance = stored
+    assert dm.file_hash(smollm.model_path()) == provenance["model_sha256"], (
+        "the installed model file differs from the one measured: run `make measure`")
+
+
+def test_two_sentences_measure_as_stored(stored, model):
+    arrays, provenance = stored
+    lengths = arrays["sentence_lengths"].tolist()
+    starts = [0, *torch.tensor(lengths).cumsum(0).tolist()]
+    ids = [arrays["token_ids"][starts[i]:starts[i + 1]].tolist() for i in (0, 1)]
+    torch.set_num_threads(1)
+    again = dm.measure_sentences(model, ids)
+    for name, values in again.items():
+        reference = arrays[name][:2]
+        scale = reference.abs().max().clamp(min=1e-30)
+        error = (values - reference).abs().max() / scale
+        assert error < 1e-4, f"{name}: re-measured values differ from the stored ones by {error:.2g} (relative): run `make measure`"
+
+
+def test_layer_zero_weights_measure_as_stored(stored, model):
+    arrays, _ = stored
+    class FirstLayer:                       # the model with its first block only
+        config = model.config
+        layers = model.layers[:1]
+    again = dm.family_spectra(FirstLayer)
+    assert torch.allclose(again["family_sigma"][0], arrays["family_sigma"][0], rtol=1e-9, atol=0)
+    assert torch.allclose(again["family_change"][0], arrays["family_change"][0], rtol=1e-9, atol=0)
+
+
+def test_missing_or_stale_data_names_make_measure(tmp_path):
+    with pytest.raises(dm.StaleMeasurements, match=r"missing: run `make measure`"):
+        dm.load(tmp_path)
+    import shutil
+    for name in dm.SOURCES:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, tmp_path / name)
+    (tmp_path / dm.DATA).parent.mkdir(parents=True)
+    for suffix in (".npz", ".json"):
+        shutil.copy((ROOT / dm.DATA).with_suffix(suffix), (tmp_path / dm.DATA).with_suffix(suffix))
+    dm.load(tmp_path)                                         # same code: loads
+    (tmp_path / dm.SOURCES[0]).write_text((ROOT / dm.SOURCES[0]).read_text() + "\n# changed\n")
+    with pytest.raises(dm.StaleMeasurements, match=r"measured with other code .* run `make measure`"):
+        dm.load(tmp_path)
