@@ -34,7 +34,8 @@ The attention math is at the top of the package; everything else has its own pla
                      additive, Luong, cosine, parameter-free, linear/bra-ket, GAT, GATv2)
 ``multihead``        multi-head attention per head and packed; conversion from/to torch
 ``layers``           LayerNorm, feed-forward network, the encoder layer's weights, positional encoding
-``blocks``           post-LN, pre-LN and causal decoder-only layers, stacks of layers
+``blocks``           post-LN, pre-LN and causal decoder-only layers, stacks of layers, and a
+                     trainable ``torch.nn.Module`` built from them
 ``rope``             rotary position embeddings
 ``sequence_layers``  position-wise and sliding-window linear layers as Conv1d
 ``counts``           parameter and multiply–add counts, Vaswani et al. (2017) Table 3
@@ -83,7 +84,7 @@ from attnref.attention import (
     scaled_dot_product_attention,
     softmax,
 )
-from attnref.blocks import StackResult, decoder_layer, post_ln_layer, pre_ln_layer, stack_layers
+from attnref.blocks import StackResult, TrainableLayer, decoder_layer, post_ln_layer, pre_ln_layer, stack_layers
 from attnref.layers import (
     EncoderLayer,
     FeedForward,
@@ -114,6 +115,7 @@ __all__ = [
     "FeedForward",
     "LayerNormParams",
     "MultiHeadWeights",
+    "TrainableLayer",
     "TransformerConfig",
     "additive_scores",
     "attention_from_scores",

@@ -11,6 +11,8 @@ LayerNorms; the functions here name the placement they compute:
 * :func:`decoder_layer` — the decoder-only (GPT) layer: pre-LN with causal self-attention, query
   ``i`` attending keys ``j ≤ i`` only (torch: ``norm_first=True`` with a causal mask).
 * :func:`stack_layers` — layers applied in turn, every intermediate output kept.
+* :class:`TrainableLayer` — a ``torch.nn.Module`` holding one layer's tensors as parameters and
+  computing it with the functions above, so that a model can be trained from attnref's parts.
 
 Each returns an :class:`~attnref.attention.AttentionResult`: the output ``(..., n, d)`` and the
 attention weights of every head ``(..., h, n, n)``. Masks as in
@@ -24,7 +26,7 @@ from typing import NamedTuple, Sequence
 import torch
 
 from attnref.attention import AttentionResult
-from attnref.layers import EncoderLayer, feed_forward, layer_norm
+from attnref.layers import EncoderLayer, feed_forward, layer_norm, named_tensors, replace_tensors
 from attnref.multihead import multi_head_attention
 
 Tensor = torch.Tensor
@@ -93,3 +95,27 @@ def stack_layers(x: Tensor, layers: Sequence[EncoderLayer], mask: Tensor | None 
         hidden.append(result.output)
         weights.append(result.weights)
     return StackResult(hidden[-1], tuple(hidden), tuple(weights))
+
+
+class TrainableLayer(torch.nn.Module):
+    """One layer as a ``torch.nn.Module``: the tensors of an :class:`EncoderLayer` as parameters
+    (named like ``attention__w_q``, ``norm_1__gain``), the forward pass attnref's own
+    (:func:`pre_ln_layer`, :func:`post_ln_layer` by ``norm_first``; ``causal=True`` for a decoder).
+    """
+
+    def __init__(self, weights: EncoderLayer):
+        super().__init__()
+        self._template = _layer(weights)
+        self._names = tuple(named_tensors(weights))
+        for name, tensor in named_tensors(weights).items():
+            self.register_parameter(name.replace(".", "__"), torch.nn.Parameter(tensor.detach().clone()))
+
+    def weights(self) -> EncoderLayer:
+        """The current parameters as an :class:`EncoderLayer` (differentiable: they are the parameters)."""
+        return replace_tensors(self._template, {n: getattr(self, n.replace(".", "__")) for n in self._names})
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, key_mask: Tensor | None = None,
+                causal: bool = False) -> Tensor:
+        weights = self.weights()
+        run = pre_ln_layer if weights.norm_first else post_ln_layer
+        return run(x, weights, mask=mask, key_mask=key_mask, causal=causal).output

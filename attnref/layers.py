@@ -7,8 +7,8 @@ The layers themselves (post-LN, pre-LN, causal decoder-only) are computed in
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from typing import Literal
+from dataclasses import dataclass, fields, is_dataclass, replace
+from typing import Literal, Mapping, TypeVar
 
 import torch
 
@@ -18,6 +18,7 @@ from attnref.multihead import MultiHeadWeights
 
 Tensor = torch.Tensor
 Activation = Literal["relu", "gelu"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -300,6 +301,34 @@ class EncoderLayer:
         """The same layer on another device and/or in another floating dtype."""
         return replace(self, attention=self.attention.to(device, dtype), norm_1=self.norm_1.to(device, dtype),
                        ffn=self.ffn.to(device, dtype), norm_2=self.norm_2.to(device, dtype))
+
+
+def named_tensors(weights: object, prefix: str = "") -> dict[str, Tensor]:
+    """Every tensor of a weights dataclass (nested ones included) by dotted name, e.g.
+    ``"attention.w_q"``, ``"norm_1.gain"``; absent biases (``None``) are left out."""
+    out: dict[str, Tensor] = {}
+    for f in fields(weights):
+        value = getattr(weights, f.name)
+        if isinstance(value, torch.Tensor):
+            out[prefix + f.name] = value
+        elif is_dataclass(value):
+            out.update(named_tensors(value, f"{prefix}{f.name}."))
+    return out
+
+
+def replace_tensors(weights: T, tensors: Mapping[str, Tensor]) -> T:
+    """The same weights dataclass with the tensors named in ``tensors`` (as by :func:`named_tensors`)
+    replaced — e.g. by ``torch.nn.Parameter`` s, for training (:mod:`attnref.blocks`)."""
+    changes: dict[str, object] = {}
+    for f in fields(weights):
+        value = getattr(weights, f.name)
+        if f.name in tensors:
+            changes[f.name] = tensors[f.name]
+        elif is_dataclass(value):
+            inner = {k[len(f.name) + 1:]: v for k, v in tensors.items() if k.startswith(f.name + ".")}
+            if inner:
+                changes[f.name] = replace_tensors(value, inner)
+    return replace(weights, **changes)
 
 
 def encoder_layer_with_weights(x: Tensor, layer: EncoderLayer, mask: Tensor | None = None,

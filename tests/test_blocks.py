@@ -137,3 +137,23 @@ def test_random_layer_states_its_initialisation(gen):
 def test_blocks_reject_what_is_not_a_layer(gen):
     with pytest.raises(ValueError, match="layer must be an attnref.EncoderLayer, got dict"):
         attnref.pre_ln_layer(randn(gen, 3, 8), {})
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
+def test_trainable_layer_takes_torch_s_sgd_step(gen, norm_first):
+    """One SGD step on attnref's module and on torch's layer, from the same weights and loss,
+    lands on the same weights: the forward pass, the gradients and the parameter set all agree."""
+    module = torch_layer(gen, d=8, h=2, d_ff=16, norm_first=norm_first)
+    ours = attnref.TrainableLayer(attnref.EncoderLayer.from_torch(module))
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in module.parameters())
+    x, target = randn(gen, 2, 5, 8), randn(gen, 2, 5, 8)
+    key_mask = padding(2, 5, [5, 3])
+    for net, kwargs in ((ours, {"key_mask": key_mask}), (module, {"src_key_padding_mask": ~key_mask})):
+        optimiser = torch.optim.SGD(net.parameters(), lr=0.1)
+        optimiser.zero_grad()
+        ((net(x, **kwargs) - target) ** 2).mean().backward()
+        optimiser.step()
+    after = attnref.EncoderLayer.from_torch(module)
+    stepped = ours.weights()
+    for name, tensor in attnref.layers.named_tensors(after).items():
+        assert (attnref.layers.named_tensors(stepped)[name] - tensor).abs().max() < 1e-12, name

@@ -23,6 +23,7 @@ from torch.autograd import gradcheck
 
 import attnref
 from attnref import sequence_layers as sl
+from attnref.layers import named_tensors
 from conftest import randn
 
 GRAD_ATOL = 1e-10
@@ -148,29 +149,17 @@ def grads_of(module: torch.nn.Module) -> torch.nn.Module:
     return holder
 
 
-def tensors_of(obj) -> dict[str, torch.Tensor]:
-    """Every tensor of an attnref weights dataclass, by dotted name."""
-    out = {}
-    for f in fields(obj):
-        value = getattr(obj, f.name)
-        if isinstance(value, torch.Tensor):
-            out[f.name] = value
-        elif hasattr(value, "__dataclass_fields__"):
-            out.update({f"{f.name}.{k}": v for k, v in tensors_of(value).items()})
-    return out
-
-
 def assert_same_gradients(ours, theirs, x_ours: torch.Tensor, x_theirs: torch.Tensor) -> None:
     assert torch.isfinite(x_ours.grad).all()
     assert (x_ours.grad - x_theirs.grad).abs().max() < GRAD_ATOL
-    expected = tensors_of(theirs)
-    for name, tensor in tensors_of(ours).items():
+    expected = named_tensors(theirs)
+    for name, tensor in named_tensors(ours).items():
         assert torch.isfinite(tensor.grad).all(), name
         assert (tensor.grad - expected[name]).abs().max() < GRAD_ATOL, name
 
 
 def requiring_grad(weights):
-    for tensor in tensors_of(weights).values():
+    for tensor in named_tensors(weights).values():
         tensor.requires_grad_()
     return weights
 

@@ -4,7 +4,8 @@ Each test runs one of the book's checks twice — on the real code, where it mus
 a copy with one deliberate mistake (a *mutant*), where it must fail:
 
 * the Q1 derivation of chapter 1 (the notebook's own sympy cell), with the scores made linear
-  in the second token: S(αX) = α² S(X) must then fail;
+  in the second token: the recorded check S(αX) = α² S(X) must then fail, and the verdict with
+  it;
 * the softmax Jacobian identity J = diag(p) − p pᵀ, on ``attnref.analysis.symbolic.softmax`` and on
   copies of its source with a temperature of 1/2 or with the normalisation dropped;
 * the parity of ``attnref.scaled_dot_product_attention`` with torch's SDPA (the repository's
@@ -46,8 +47,8 @@ def mutate(source: str, original: str, replacement: str, where: str) -> str:
 
 Q1_NOTEBOOK = ROOT / "notebooks" / "01-nonlinearity.ipynb"
 Q1_MARKER = "q1_degree = sym.homogeneity_degree"
-Q1_SITE = "return inputs * W_Q * W_K.T * inputs.T"
-Q1_MUTANT = "return inputs * W_Q * W_K.T * X.T"       # the second token no longer scales with the input
+Q1_SITE = "return inputs * w_q * w_k.T * inputs.T"
+Q1_MUTANT = "return inputs * w_q * w_k.T * X.T"       # the second token no longer scales with the input
 
 
 def q1_derivation() -> str:
@@ -58,23 +59,32 @@ def q1_derivation() -> str:
     return found[0]
 
 
-def run_cell(source: str) -> dict:
-    namespace = {"sp": sp, "sym": sym, "glue": lambda *args, **kwargs: None}
+def run_cell(source: str) -> list:
+    """Run the cell; return the checks it recorded (claims.Evidence)."""
+    from attnref.book import claims
+
+    namespace = {"sp": sp, "sym": sym, "claims": claims, "glue": lambda *args, **kwargs: None}
     exec(compile(source, "<Q1 derivation>", "exec"), namespace)
-    return namespace
+    evidence = [v for v in namespace.values() if isinstance(v, claims.Evidence)]
+    assert len(evidence) == 1, "the Q1 cell should record its checks in one claims.Evidence"
+    return evidence[0].checks
 
 
 def test_q1_derivation_passes_on_the_real_scores():
-    namespace = run_cell(q1_derivation())
-    assert namespace["q1_degree"] == 2
+    from attnref.book import claims
+
+    checks = run_cell(q1_derivation())
+    assert checks and all(c.passed for c in checks), [c.name for c in checks if not c.passed]
+    assert claims.decide(checks) == claims.HOLDS
 
 
 def test_q1_derivation_fails_when_the_scores_are_not_quadratic():
-    mutant = mutate(q1_derivation(), Q1_SITE, Q1_MUTANT, Q1_NOTEBOOK.name)
-    with pytest.raises(AssertionError) as failure:
-        run_cell(mutant)
-    failing_line = mutant.splitlines()[failure.traceback[-1].lineno]   # traceback lines are 0-based
-    assert "alpha**2" in failing_line, f"failed elsewhere than at S(αX) = α² S(X): {failing_line!r}"
+    from attnref.book import claims
+
+    checks = run_cell(mutate(q1_derivation(), Q1_SITE, Q1_MUTANT, Q1_NOTEBOOK.name))
+    failed = [c.name for c in checks if not c.passed]
+    assert any("α² S(X)" in name for name in failed), f"S(αX) = α² S(X) did not fail: {failed}"
+    assert claims.decide(checks) != claims.HOLDS
 
 
 # ------------------------------------------------------------------------------------------
