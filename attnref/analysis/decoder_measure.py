@@ -22,6 +22,8 @@ head ``i`` (key head ``g(i) = i // (h / h_kv)``), sums over the rows a causal so
 ``stream_sq``, ``attention_sq``, ``ffn_sq``   Σ of ‖H^(l)‖², ‖attention update‖², ‖FFN update‖²
 ``spread_sq``, ``total_sq``   ‖H^(l) − 1 h̄ᵀ‖_F² and ‖H^(l)‖_F² (D1's residual), l = 0 … 30
 ``cos_sum``, ``pairs``   Σ of the cosines between distinct tokens of H^(l), and their number
+``pure_spread_sq``, ``pure_total_sq``   D1's residual along the attention-only path without skips:
+                         ``Y^(0) = H^(0)``, ``Y^(l) = GQA_l(RMSNorm_l(Y^(l−1)))`` with the model's weights
 
 Weights (no text): the singular values of ``W(t) = W_Q^i R_t W_K^{g(i)ᵀ}`` for offsets ``t`` of
 :data:`OFFSETS`, ``‖W(t) − W(0)‖_F / ‖W(0)‖_F``, and a bound on how far the 4-bit rounding can
@@ -134,7 +136,7 @@ def quantisation_bounds(path: Path, layers: int, h: int, h_kv: int, d_k: int) ->
 
 def _sums_for_sentence(model, ids: Tensor) -> dict[str, Tensor]:
     """The per-sentence sums of the module docstring, for one sentence ``ids`` (n,)."""
-    from attnref.decoder import decoder_block
+    from attnref.decoder import decoder_block, grouped_query_attention
 
     c = model.config
     n = ids.shape[0]
@@ -145,7 +147,7 @@ def _sums_for_sentence(model, ids: Tensor) -> dict[str, Tensor]:
     out.update({name: torch.zeros(L, dtype=torch.float64) for name in
                 ("ln_norm", "ln_norm_sq", "ln_dev", "attention_sq", "ffn_sq")})
     out.update({name: torch.zeros(L + 1, dtype=torch.float64) for name in
-                ("stream_sq", "spread_sq", "total_sq", "cos_sum", "pairs")})
+                ("stream_sq", "spread_sq", "total_sq", "cos_sum", "pairs", "pure_spread_sq", "pure_total_sq")})
     allowed = torch.ones(n, n, dtype=torch.bool).tril(-1) | torch.eye(n, dtype=torch.bool)   # j ≤ t
     lower = torch.ones(n, n, dtype=torch.bool).tril(-1)                                     # distinct pairs
     enough = allowed.sum(-1) >= 2                                                            # rows with ≥ 2 keys
@@ -161,6 +163,9 @@ def _sums_for_sentence(model, ids: Tensor) -> dict[str, Tensor]:
 
     x = model.embedding[ids]                                                                # (n, d)
     stream_stats(0, x)
+    pure = x.double()                                                                       # attention only, no skips
+    out["pure_spread_sq"][0] = (pure - pure.mean(0, keepdim=True)).pow(2).sum()
+    out["pure_total_sq"][0] = pure.pow(2).sum()
     for l, layer in enumerate(model.layers):
         normalised = rms_norm(x, layer.attention_norm, c.eps)
         plain = rms_norm(x.double(), None, c.eps)                                           # without the gain
@@ -192,6 +197,10 @@ def _sums_for_sentence(model, ids: Tensor) -> dict[str, Tensor]:
         out["ffn_sq"][l] = trace.ffn_update.double().pow(2).sum()
         x = trace.output
         stream_stats(l + 1, x)
+        pure = grouped_query_attention(rms_norm(pure, layer.attention_norm.double(), c.eps),
+                                       layer.to(torch.float64), c).output
+        out["pure_spread_sq"][l + 1] = (pure - pure.mean(0, keepdim=True)).pow(2).sum()
+        out["pure_total_sq"][l + 1] = pure.pow(2).sum()
     return out
 
 
