@@ -40,11 +40,12 @@ The attention math is at the top of the package; everything else has its own pla
 ``sequence_layers``  position-wise and sliding-window linear layers as Conv1d
 ``counts``           parameter and multiply–add counts, Vaswani et al. (2017) Table 3
 ``_validate``        the input checks (one per kind of argument)
-``analysis/``        the chapters' analysis helpers: ``stats`` (bounds with stated failure
+``analysis/``        the chapters' analysis helpers, e.g. ``stats`` (bounds with a stated failure
                      probability), ``symbolic`` (sympy), ``series``, ``lowrank``, ``logit_scale``,
-                     ``underflow``, ``hull``
-``models/``          trained models rebuilt from attnref's parts: ``minilm`` (all-MiniLM-L6-v2;
-                     imported on demand only)
+                     ``underflow``, ``hull``, ``references`` (the papers' formulas as loops),
+                     ``trained`` (measurements on a trained model's tensors)
+``models/``          trained models rebuilt from attnref's parts, e.g. ``minilm`` (all-MiniLM-L6-v2),
+                     ``smollm`` (SmolLM2-135M); imported on demand only
 ``book/``            the book's plumbing: ``claims`` (registry, evidence, verdicts), ``seeding``
                      (the one seeded source of randomness, ``ATTNREF_SEED``), ``plotting``
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from typing import Callable, TypeVar
 
 import torch
@@ -113,13 +114,13 @@ def boolean(name: str, value: object) -> bool:
 
 
 def real_number(name: str, value: object, *, nonnegative: bool = False) -> float | Tensor:
-    """A finite real: a Python ``int``/``float`` (not ``bool``) or a 0-dimensional floating tensor."""
+    """A finite real: a Python or numpy real (not ``bool``) or a 0-dimensional floating tensor."""
     if isinstance(value, torch.Tensor):
         if value.dim() != 0 or not value.is_floating_point():
             raise ValueError(f"{name} must be a real number or a 0-dimensional floating tensor, got a "
                              f"{value.dtype} tensor of shape {shape_of(value)}")
         number = float(value.detach())
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool):   # int, float, numpy scalars
         number = float(value)
     else:
         raise ValueError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
