@@ -49,6 +49,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import attnref  # noqa: E402
+from attnref.analysis.texts import SENTENCES  # noqa: E402
 from attnref.models import minilm  # noqa: E402
 from attnref.multihead import head_projections  # noqa: E402
 
@@ -358,149 +359,64 @@ def test_mean_pool(gen):
         minilm.mean_pool(hidden[0], key_mask)
 
 
-# --- analysis helpers ------------------------------------------------------------------------
+# --- the stored oracle output and the head split ------------------------------------------------
+
+def oracle_sentence_embeddings() -> torch.Tensor:
+    """sentence-transformers' embeddings of the book's text set (what ``minilm.ORACLE_FILE`` stores)."""
+    from sentence_transformers import SentenceTransformer
+
+    oracle = SentenceTransformer(str(minilm.model_dir()), device="cpu", local_files_only=True)
+    return oracle.encode(list(SENTENCES), convert_to_tensor=True, batch_size=len(SENTENCES))
+
+
+def test_stored_oracle_embeddings_are_sentence_transformers():
+    """The file the notebook's parity check reads is sentence-transformers' output on the text set
+    (and attnref matches it, within the float32 bound of the module docstring)."""
+    stored = minilm.oracle_embeddings()
+    assert stored.shape == (len(SENTENCES), 384) and stored.dtype == torch.float32
+    tolerance = 2 * relative_bound(torch.float32, 6)           # unit vectors: relative = absolute
+    assert (oracle_sentence_embeddings() - stored).abs().max().item() <= tolerance
+    mine = minilm.sentence_embeddings(minilm.load(), list(SENTENCES))
+    assert (mine - stored).abs().max().item() <= tolerance
+
+
+def test_stored_oracle_catches_a_broken_forward(models):
+    """The notebook's parity check can fail: queries of two heads swapped in one layer (a wrong
+    head split) move the sentence embeddings far past its bound. It is an end-to-end check: a LayerNorm ε of 1e-5 instead of 1e-12 moves them by only
+    ~3e-6 (pooling and the final normalisation hide it); the per-layer comparisons above catch that."""
+    import dataclasses
+
+    model = models[torch.float32]
+    bound = 2 * relative_bound(torch.float32, 6)
+    first = model.layers[0].attention
+    swapped = dataclasses.replace(first, w_q=first.w_q[[1, 0] + list(range(2, 12))])
+    layers = (dataclasses.replace(model.layers[0], attention=swapped),) + model.layers[1:]
+    wrong_split = dataclasses.replace(model, layers=layers)
+    error = (minilm.sentence_embeddings(wrong_split, list(SENTENCES[:8])) - minilm.oracle_embeddings()[:8]).abs().max()
+    assert error.item() > 10 * bound
+
+
+def test_load_uses_attnref_head_split_and_no_global_randomness():
+    """The attention weights go through MultiHeadWeights.from_torch (no second head split), built
+    without random initialisation: loading leaves torch's global generator alone."""
+    state = torch.random.get_rng_state()
+    minilm.load()
+    assert torch.equal(state, torch.random.get_rng_state())
+
 
 def test_head_projections_bad_input(models):
     weights = models[torch.float32].layers[0].attention
-    with pytest.raises(ValueError, match="query_input width must match w_q"):
+    with pytest.raises(ValueError, match="width must match w_q"):
         head_projections(torch.zeros(1, 3, 5), weights)
     with pytest.raises(ValueError, match="one dtype"):
         head_projections(torch.zeros(1, 3, 384, dtype=torch.float64), weights)
 
 
-def test_cosine_weights(gen):
-    q = torch.randn(2, 3, 4, 8, generator=gen, dtype=torch.float64)
-    k = torch.randn(2, 3, 5, 8, generator=gen, dtype=torch.float64)
-    key_mask = torch.tensor([[True] * 5, [True, True, True, False, False]])[:, None, None, :]
-    weights = minilm.cosine_weights(q, k, 2.5, key_mask)
-    assert weights.shape == (2, 3, 4, 5)
-    assert torch.allclose(weights.sum(-1), torch.ones((), dtype=torch.float64))
-    assert (weights[1, ..., 3:] == 0).all()
-    expected = attnref.cosine_attention(q[0], k[0], k[0], beta=2.5).weights
-    assert (weights[0] - expected).abs().max() < 1e-15
-    # with n keys and τ = 1 no weight exceeds e² / (e² + n − 1) (claim C5)
-    unit = minilm.cosine_weights(q, k, 1.0)
-    assert unit.max().item() <= math.e**2 / (math.e**2 + 5 - 1)
+if __name__ == "__main__":
+    # Rewrite the stored oracle output (after a change of the text set): python tests/test_minilm.py
+    from safetensors.torch import save_file
 
-
-def test_kl_and_total_variation(gen):
-    p = torch.softmax(torch.randn(3, 4, 6, generator=gen, dtype=torch.float64), -1)
-    r = torch.softmax(torch.randn(3, 4, 6, generator=gen, dtype=torch.float64), -1)
-    assert minilm.kl_rows(p, p).abs().max() < 1e-15
-    assert (minilm.kl_rows(p, r) > 0).all()
-    expected = (p * (p / r).log()).sum(-1)
-    assert (minilm.kl_rows(p, r) - expected).abs().max() < 1e-14
-    tv = minilm.total_variation_rows(p, r)
-    assert ((tv >= 0) & (tv <= 1)).all() and minilm.total_variation_rows(p, p).abs().max() == 0
-    # Pinsker: TV ≤ √(KL / 2)
-    assert (tv <= (minilm.kl_rows(p, r) / 2).sqrt() + 1e-15).all()
-    # zero target entries contribute nothing; zero model entries under a positive target are infinite KL
-    p0 = torch.tensor([[0.5, 0.5, 0.0]], dtype=torch.float64)
-    r0 = torch.tensor([[0.25, 0.25, 0.5]], dtype=torch.float64)
-    assert abs(minilm.kl_rows(p0, r0).item() - math.log(2)) < 1e-15
-    with pytest.raises(ValueError, match="infinite"):
-        minilm.kl_rows(r0, p0)
-    with pytest.raises(ValueError, match="negative"):
-        minilm.kl_rows(-p, r)
-    with pytest.raises(ValueError, match="must match"):
-        minilm.total_variation_rows(p, r[..., :5])
-    with pytest.raises(ValueError, match="one dtype"):
-        minilm.kl_rows(p, r.float())
-
-
-def test_uniform_weights():
-    key_mask = torch.tensor([[True, True, False, False], [True] * 4])
-    uniform = minilm.uniform_weights(key_mask, 3)
-    assert uniform.shape == (2, 1, 3, 4)
-    assert torch.equal(uniform[0, 0, 1], torch.tensor([0.5, 0.5, 0, 0], dtype=torch.float64))
-    with pytest.raises(ValueError, match="boolean"):
-        minilm.uniform_weights(key_mask.float(), 3)
-    with pytest.raises(ValueError, match="positive int"):
-        minilm.uniform_weights(key_mask, 0)
-
-
-def test_fit_temperature_recovers_a_known_temperature(gen):
-    b, h, n = 3, 4, 6
-    q = torch.randn(b, h, n, 8, generator=gen, dtype=torch.float64)
-    k = torch.randn(b, h, n, 8, generator=gen, dtype=torch.float64)
-    cosines = attnref.cosine_scores(q, k)                          # (b, h, n, n)
-    key_mask = torch.ones(b, n, dtype=torch.bool)
-    key_mask[0, 4:] = False
-    taus = torch.tensor([0.5, 3.0, 12.0, 40.0], dtype=torch.float64)
-    target = minilm.cosine_weights(q, k, taus[:, None, None], key_mask[:, None, None, :])
-    per_head = minilm.fit_temperature(target, cosines, key_mask, key_mask, per_head=True)
-    assert per_head.shape == (h,)
-    assert ((per_head - taus).abs() / taus).max() < 1e-9
-    one = minilm.fit_temperature(target[:, 1:2], cosines[:, 1:2], key_mask, key_mask)
-    assert one.shape == () and abs(one.item() - 3.0) < 1e-9
-    # a minimiser beyond the bounds returns the nearer bound
-    capped = minilm.fit_temperature(target[:, 3:4], cosines[:, 3:4], key_mask, key_mask, bounds=(0.1, 10.0))
-    assert abs(capped.item() - 10.0) < 1e-9
-    # the mean KL is convex in τ: the fitted τ beats its neighbours
-    rows = key_mask[:, None, :].expand(-1, h, -1)
-
-    def mean_kl(tau: float) -> float:
-        model = minilm.cosine_weights(q, k, tau, key_mask[:, None, None, :])
-        return minilm.kl_rows(target, model)[rows].mean().item()
-
-    best = minilm.fit_temperature(target, cosines, key_mask, key_mask).item()
-    assert mean_kl(best) < min(mean_kl(best * 0.9), mean_kl(best * 1.1))
-
-
-def test_fit_temperature_bad_input(gen):
-    target = torch.full((1, 2, 3, 3), 1 / 3, dtype=torch.float64)
-    cosines = torch.zeros(1, 2, 3, 3, dtype=torch.float64)
-    rows = torch.ones(1, 3, dtype=torch.bool)
-    with pytest.raises(ValueError, match="must both be"):
-        minilm.fit_temperature(target, cosines[..., :2], rows)
-    with pytest.raises(ValueError, match="row_mask"):
-        minilm.fit_temperature(target, cosines, rows[:, :2])
-    with pytest.raises(ValueError, match="key_mask"):
-        minilm.fit_temperature(target, cosines, rows, key_mask=rows.float())
-    with pytest.raises(ValueError, match="bounds"):
-        minilm.fit_temperature(target, cosines, rows, bounds=(2.0, 1.0))
-    with pytest.raises(ValueError, match="4 dimensions"):
-        minilm.fit_temperature(target[0], cosines[0], rows)
-
-
-def test_token_moments_and_pair_variance(gen):
-    q = torch.randn(2, 3, 5, 4, generator=gen, dtype=torch.float64)
-    k = torch.randn(2, 3, 5, 4, generator=gen, dtype=torch.float64) + 0.7
-    key_mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
-    mean, cov = minilm.token_moments(q, key_mask)
-    tokens = torch.cat([q[0], q[1, :, :3]], dim=1)                 # (h, 8, d_k)
-    assert mean.shape == (3, 4) and cov.shape == (3, 4, 4)
-    assert torch.allclose(mean, tokens.mean(1))
-    assert torch.allclose(cov[1], torch.cov(tokens[1].T, correction=0))
-    variance = minilm.pair_score_variance(q, k, key_mask)
-    brute = torch.cat([(q[0] @ k[0].mT).flatten(1), (q[1, :, :3] @ k[1, :, :3].mT).flatten(1)], dim=1)
-    assert torch.allclose(variance, brute.var(dim=1, correction=0))
-    with pytest.raises(ValueError, match="key_mask"):
-        minilm.token_moments(q, key_mask[:, :4])
-    with pytest.raises(ValueError, match="at least 2"):
-        minilm.token_moments(q, torch.tensor([[True] + [False] * 4, [False] * 5]))
-    with pytest.raises(ValueError, match="same shape"):
-        minilm.pair_score_variance(q, k[..., :3], key_mask)
-    with pytest.raises(ValueError, match="key_mask"):
-        minilm.pair_score_variance(q, k, key_mask.float())
-
-
-def test_dot_product_variance_is_exact_for_independent_draws(gen):
-    """All pairs (q_a, k_b) of two point sets: an exactly independent pair, so the formula is exact."""
-    d_k = 4
-    queries = torch.randn(7, d_k, generator=gen, dtype=torch.float64) @ torch.randn(d_k, d_k, generator=gen,
-                                                                                      dtype=torch.float64) + 1.5
-    keys = torch.randn(9, d_k, generator=gen, dtype=torch.float64) - 0.5
-    products = (queries @ keys.T).flatten()                        # every pair once: the product measure
-    mean_q, mean_k = queries.mean(0), keys.mean(0)
-    cov_q = torch.cov(queries.T, correction=0)
-    cov_k = torch.cov(keys.T, correction=0)
-    formula = minilm.dot_product_variance(mean_q, cov_q, mean_k, cov_k)
-    assert abs(formula.item() - products.var(correction=0).item()) < 1e-10 * products.var().item()
-    # zero means and identity covariances: the footnote's d_k
-    zero, identity = torch.zeros(d_k, dtype=torch.float64), torch.eye(d_k, dtype=torch.float64)
-    assert minilm.dot_product_variance(zero, identity, zero, identity).item() == d_k
-    with pytest.raises(ValueError, match="cov_q has shape"):
-        minilm.dot_product_variance(mean_q, cov_q[:3], mean_k, cov_k)
-    with pytest.raises(ValueError, match="same shape"):
-        minilm.dot_product_variance(mean_q, cov_q, mean_k[:3], cov_k[:3, :3])
+    save_file({"sentence_embeddings": oracle_sentence_embeddings().contiguous()}, str(minilm.ORACLE_FILE),
+              metadata={"oracle": "sentence-transformers SentenceTransformer.encode, all-MiniLM-L6-v2, float32",
+                        "texts": "attnref.analysis.texts.SENTENCES"})
+    print(f"wrote {minilm.ORACLE_FILE}")
