@@ -66,3 +66,31 @@ def test_layer_norm_without_affine_is_scale_invariant(n, d, seed, alpha):
     x = draw(seed, n, d)
     params = attnref.LayerNormParams(eps=0.0)
     assert torch.allclose(attnref.layer_norm(alpha * x, params), attnref.layer_norm(x, params), atol=1e-9)
+
+
+@given(n=st.integers(min_value=1, max_value=5), m=st.integers(min_value=1, max_value=5), seed=seeds,
+       per_head=st.booleans(), with_key_mask=st.booleans(), causal=st.booleans())
+def test_per_head_and_packed_forms_agree_under_every_mask(n, m, seed, per_head, with_key_mask, causal):
+    """Both multi-head forms slice a per-head mask (b, h, n, m), a shared mask, a key mask and the
+    causal mask the same way (a head given another head's mask would differ)."""
+    gen = torch.Generator().manual_seed(seed)
+    weights = attnref.MultiHeadWeights.random(6, 3, generator=gen)
+    x, memory = draw(seed, 2, n, 6), draw(seed + 1, 2, m, 6)
+    shape = (2, 3, n, m) if per_head else (2, n, m)
+    mask = torch.rand(*shape, generator=gen) > 0.5
+    key_mask = torch.rand(2, m, generator=gen) > 0.3 if with_key_mask else None
+    a = attnref.multi_head_attention(x, weights, memory, mask=mask, key_mask=key_mask, causal=causal)
+    b = attnref.multi_head_attention_packed(x, weights, memory, mask=mask, key_mask=key_mask, causal=causal)
+    assert torch.allclose(a.output, b.output, atol=1e-12) and torch.allclose(a.weights, b.weights, atol=1e-12)
+    if per_head:   # a removed pair has weight 0 in its own head
+        assert (a.weights[~mask] == 0).all()
+
+
+@given(n=dims, d=st.integers(min_value=1, max_value=6), seed=seeds, constant_rows=st.integers(min_value=0, max_value=2))
+def test_layer_norm_gradients_are_finite(n, d, seed, constant_rows):
+    """Constant rows (zero padding among them) included: LayerNorm's gradient is finite everywhere."""
+    x = torch.cat([draw(seed, n, d), torch.full((constant_rows, d), float(seed % 3), dtype=torch.float64)])
+    x.requires_grad_()
+    params = attnref.LayerNormParams(eps=1e-5)
+    (attnref.layer_norm(x, params) * draw(seed + 1, n + constant_rows, d)).sum().backward()
+    assert torch.isfinite(x.grad).all()
