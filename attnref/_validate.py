@@ -1,7 +1,15 @@
-"""Input checks shared by every attnref function.
+"""Input checks shared by every attnref function: one check per kind of argument.
 
 Each check raises ``ValueError`` with a message that names the argument and its shape, so a
 caller never meets a bare broadcasting error from torch or, worse, a silent wrong answer.
+
+* tensors: :func:`floating` (dtype, rank, NaN/inf), :func:`same_dtype` (and one device),
+  :func:`dim_equal`, :func:`batch_compatible`, :func:`vector` (biases, gains);
+* scalars: :func:`positive_int`, :func:`real_number` (``scale``, ``eps``), :func:`boolean`
+  (``causal``, ``norm_first``), :func:`strength` (``beta``);
+* masks: :func:`mask`, :func:`key_mask`, :func:`combine_masks`;
+* attention weights: :func:`weight_rows`;
+* :func:`renamed`, the compatibility shim for old keyword names (to be removed).
 """
 
 from __future__ import annotations
