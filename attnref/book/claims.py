@@ -183,6 +183,13 @@ RECHECKS: dict[tuple[str, str], str] = {
     ("C3", "all-MiniLM-L6-v2"): FAILS,
     ("C6", "all-MiniLM-L6-v2"): FAILS,
     ("C2", "all-MiniLM-L6-v2"): CONDITIONS,
+    ("H2", "SmolLM2-135M-Instruct"): HOLDS,
+    ("H8", "SmolLM2-135M-Instruct"): HOLDS,
+    ("H7", "SmolLM2-135M-Instruct"): HOLDS,
+    ("C3", "SmolLM2-135M-Instruct"): FAILS,
+    ("C6", "SmolLM2-135M-Instruct"): FAILS,
+    ("D1", "SmolLM2-135M-Instruct"): CONDITIONS,
+    ("D2", "SmolLM2-135M-Instruct"): HOLDS,
 }
 
 

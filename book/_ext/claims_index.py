@@ -411,8 +411,10 @@ def _claim_row(book: Book, cid: str, models: list[str]) -> list[str]:
     record = records[0] if len(records) == 1 else None
     if record is not None and _placed(book, record):
         link = _ref(cid, record.target)
-    else:
+    elif book.scan_of(chapter.notebook) is not None:
         link = _doc(cid, chapter.notebook)
+    else:
+        link = cid
     statement = escape(claim.statement)
     if record is None:
         return [link, statement, _badge(None), "", *("" for _ in models)]
@@ -447,9 +449,9 @@ def render_index(book: Book) -> str:
         ids = [cid for cid, c in registry.CLAIMS.items() if c.chapter == number]
         if not ids:
             continue
-        lines += [f"## {number} · {chapter.title}", "",
-                  f"Chapter: {_doc(re.sub(r'[$]', '', chapter.title), chapter.notebook)}. "
-                  f"{escape(_counts(book, ids))}", ""]
+        written = book.scan_of(chapter.notebook) is not None
+        link = _doc(re.sub(r'[$]', '', chapter.title), chapter.notebook) if written else "not written yet"
+        lines += [f"## {number} · {chapter.title}", "", f"Chapter: {link}. {escape(_counts(book, ids))}", ""]
         rows = [_claim_row(book, cid, models) for cid in ids]
         table = _table(header, rows, ["l", "l", "l", "l", *("l" for _ in models)])
         lines += _container(table, "claims-table claims-index") + [""]
