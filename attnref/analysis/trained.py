@@ -277,21 +277,30 @@ def fit_inverse_temperature(target: Tensor, rows: Rows, per_head: bool = False, 
     reduce = (1,) if per_head else (0, 1)
     shape = (h,) if per_head else ()
 
-    def derivatives(tau: Tensor) -> tuple[Tensor, Tensor]:
-        shaped = tau.reshape(h, 1, 1) if per_head else tau
-        r = torch.softmax(shaped * c + masked, dim=-1)              # r(τ): (h, R, M)
-        mean_r = torch.einsum("hrm,hrm->hr", r, c)                  # E_r[c]: (h, R)
-        var_r = torch.einsum("hrm,hrm->hr", r, c * c) - mean_r * mean_r   # Var_r[c]
-        return (mean_r - expected_under_target).sum(reduce), var_r.sum(reduce)
+    c2 = c * c
+
+    def derivatives(tau: Tensor, heads: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        # f' and f'' summed over rows (and heads), for the heads still moving (per_head)
+        cc, cc2, expected = (c, c2, expected_under_target) if heads is None else (
+            c[heads], c2[heads], expected_under_target[heads])
+        shaped = tau.reshape(-1, 1, 1) if per_head else tau
+        r = torch.softmax(shaped * cc + masked, dim=-1)              # r(τ): (h, R, M)
+        mean_r = torch.einsum("hrm,hrm->hr", r, cc)                 # E_r[c]: (h, R)
+        var_r = torch.einsum("hrm,hrm->hr", r, cc2) - mean_r * mean_r   # Var_r[c]
+        return (mean_r - expected).sum(reduce), var_r.sum(reduce)
 
     lower = torch.full(shape, low, dtype=target.dtype)
     upper = torch.full(shape, high, dtype=target.dtype)
     tau = torch.as_tensor(start, dtype=target.dtype).expand(shape).clamp(low, high).clone()
     done = torch.zeros(shape, dtype=torch.bool)
     for _ in range(iterations):
-        first, second = derivatives(tau)
-        upper = torch.where(first > 0, tau, upper)                  # f' > 0: the minimiser is below τ
-        lower = torch.where(first > 0, lower, tau)
+        moving = (~done).nonzero()[:, 0] if per_head else None     # converged heads are left out
+        first, second = derivatives(tau if moving is None else tau[moving], moving)
+        if moving is not None:
+            first = torch.zeros(shape, dtype=tau.dtype).index_copy(0, moving, first)
+            second = torch.ones(shape, dtype=tau.dtype).index_copy(0, moving, second)
+        upper = torch.where(done | (first <= 0), upper, tau)        # f' > 0: the minimiser is below τ
+        lower = torch.where(done | (first > 0), lower, tau)
         newton = tau - first / torch.where(second > 0, second, torch.ones_like(second))
         newton = newton.clamp(low, high)                            # a minimiser beyond a bound: the bound
         inside = (second > 0) & (newton >= lower) & (newton <= upper)
