@@ -47,7 +47,7 @@ def test_components_fourth_moments_differ(gen):
 
 
 def test_components_reject_an_unknown_distribution(gen):
-    with pytest.raises(ValueError, match=r"distribution must be one of \('gaussian', 'uniform', 'rademacher'\), got 'cauchy'"):
+    with pytest.raises(ValueError, match=r"distribution must be one of \('gaussian', 'uniform', 'rademacher', 'student-t3'\), got 'cauchy'"):
         logit_scale.standardised_components("cauchy", 3, generator=gen)
 
 
@@ -202,3 +202,96 @@ def test_slope_rejects_bad_input():
         logit_scale.loglog_slope_estimate([1.0, 2.0], [1.0, 2.0])
     with pytest.raises(ValueError, match="power must be a finite number > 0, got 0"):
         logit_scale.loglog_slope_estimate([1.0, 2.0], good, power=0)
+
+
+# --- Student t₃, the sphere, χ² draws ----------------------------------------------------------
+
+def test_student_t3_has_its_cdf_and_unit_scale(gen):
+    samples = logit_scale.standardised_components(logit_scale.STUDENT_T3, 40_000, generator=gen)
+    distance, epsilon = stats.dkw_distance(samples, logit_scale.student_t3_cdf)
+    assert distance <= epsilon
+    # E[min(x², 4)] is bounded: Hoeffding; exact value from the closed forms (2/π)((1+a²)atan a − a)/(1+a²) + a² P(|x|>a), a = 2.
+    a = 2.0
+    exact = (2 / math.pi) * ((1 + a * a) * math.atan(a) - a) / (1 + a * a) \
+        + a * a * (1 - (2 / math.pi) * ((1 + a * a) * math.atan(a) + a) / (1 + a * a))
+    assert stats.hoeffding_mean((samples ** 2).clamp(max=a * a), 0.0, a * a).contains(exact)
+
+
+def test_student_t3_cdf_is_the_integral_of_torchs_t3_density():
+    x = torch.linspace(-20, 20, 40_001, dtype=torch.float64)
+    # torch's Student t with 3 degrees of freedom, rescaled to unit variance: 2/(π(1 + x²)²).
+    density = torch.distributions.StudentT(3.0).log_prob(x * math.sqrt(3.0)).exp() * math.sqrt(3.0)
+    assert ((density - 2 / (math.pi * (1 + x * x) ** 2)) / density).abs().max() < 1e-7   # torch: lgamma
+    cdf = logit_scale.student_t3_cdf(x)
+    assert logit_scale.student_t3_cdf(torch.tensor(0.0)).item() == 0.5
+    increments = torch.cumulative_trapezoid(density, x)                 # ∫ density from −20 (error < 1e-7)
+    assert (cdf[1:] - cdf[0] - increments).abs().max() < 1e-6
+
+
+def test_sphere_vectors_have_identity_second_moments_but_dependent_components(gen):
+    q = logit_scale.sphere_vectors(50_000, 4, generator=gen)
+    assert q.shape == (50_000, 4)
+    assert (q.pow(2).sum(-1) - 4).abs().max() < 1e-12                   # radius √d
+    second = (q[:, :, None] * q[:, None, :]).mean(0)                    # ≈ I
+    assert (second - torch.eye(4, dtype=torch.float64)).abs().max() < 0.05
+    pair = (q[:, 0] ** 2 * q[:, 1] ** 2)                                # E = d/(d + 2) = 2/3, in [0, 4]
+    assert stats.hoeffding_mean(pair, 0.0, 4.0).contains(2 / 3)
+
+
+def test_chi_square_draws_have_mean_dof_and_are_seeded(gen):
+    draws = logit_scale.chi_square(7, 20_000, generator=gen)
+    assert stats.median_of_means(draws, 14.0).contains(7.0)            # Var χ²_7 = 14
+    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    assert torch.equal(logit_scale.chi_square(5, 3, 2, generator=g1), logit_scale.chi_square(5, 3, 2, generator=g2))
+    with pytest.raises(ValueError, match="dof must be a positive int, got 0"):
+        logit_scale.chi_square(0, 3, generator=gen)
+    with pytest.raises(ValueError, match="shape must name at least one dimension"):
+        logit_scale.chi_square(3, generator=gen)
+
+
+# --- softmax_jacobian_norm, top_two_gap_density --------------------------------------------------
+
+def test_jacobian_norm_matches_the_matrix(gen):
+    weights = attnref.softmax(3 * randn(gen, 4, 5, 9))
+    reference = logit_scale.softmax_jacobian(weights).norm(dim=(-2, -1))
+    assert (logit_scale.softmax_jacobian_norm(weights) - reference).abs().max() < PARITY_ATOL
+    one_hot = torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64)
+    assert logit_scale.softmax_jacobian_norm(one_hot).item() == 0.0
+
+
+def test_gap_density_of_two_normals_and_by_simulation(gen):
+    # m = 2: the gap |Z_1 − Z_2| is half-normal with scale √2, density 1/√π at 0.
+    assert logit_scale.top_two_gap_density(2) == pytest.approx(1 / math.sqrt(math.pi), rel=1e-9)
+    g = 0.7
+    assert logit_scale.top_two_gap_density(2, g) == pytest.approx(math.exp(-g * g / 4) / math.sqrt(math.pi), rel=1e-9)
+    # m = 16: P(G ≤ h) ≈ f(0) h for small h, with the density integrated over [0, h] on a grid.
+    top2 = torch.randn(400_000, 16, generator=gen, dtype=torch.float64).topk(2, dim=-1).values
+    gaps = top2[:, 0] - top2[:, 1]
+    h = 0.1
+    grid = [logit_scale.top_two_gap_density(16, x) for x in (0.0, 0.025, 0.05, 0.075, 0.1)]
+    mass = h / 4 * (grid[0] / 2 + sum(grid[1:-1]) + grid[-1] / 2)
+    assert stats.hoeffding_mean((gaps <= h).double(), 0.0, 1.0).contains(mass)
+    with pytest.raises(ValueError, match="m ≥ 2"):
+        logit_scale.top_two_gap_density(1)
+
+
+# --- clt_variance_misses, loglog_slope_interval ----------------------------------------------------
+
+def test_clt_variance_misses_agrees_with_stats(gen):
+    samples = randn(gen, 30, 50) * 2
+    misses = logit_scale.clt_variance_misses(samples, 4.0, 0.05)
+    expected = [not stats.clt_variance(row, 0.05).contains(4.0) for row in samples]
+    assert misses.tolist() == expected
+
+
+def test_slope_interval_from_intervals():
+    x = [1.0, 4.0, 16.0]
+    intervals = [stats.Interval(xi ** 0.5, 0.9 * xi ** 0.5, 1.1 * xi ** 0.5, "median of means", 1e-7, 100) for xi in x]
+    slope = logit_scale.loglog_slope_interval(x, intervals)
+    assert slope.estimate == pytest.approx(0.5, abs=1e-12)
+    assert slope.failure_probability == pytest.approx(3e-7) and slope.bound == "median of means"
+    for corner in ([0.9, 1.1, 0.9], [1.1, 0.9, 1.1], [0.9, 1.0, 1.1], [1.1, 1.0, 0.9]):
+        y = torch.tensor([c * xi ** 0.5 for c, xi in zip(corner, x)], dtype=torch.float64)
+        assert slope.low - 1e-12 <= stats.loglog_slope(torch.tensor(x, dtype=torch.float64), y) <= slope.high + 1e-12
+    with pytest.raises(ValueError, match="share one bound type"):
+        logit_scale.loglog_slope_interval(x[:2], [intervals[0], stats.Interval(2.0, 1.0, 3.0, "Hoeffding", 1e-7, 10)])

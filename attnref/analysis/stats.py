@@ -243,3 +243,54 @@ def loglog_slope(x: Tensor, y: Tensor) -> float:
     lx, ly = x.log(), y.log()
     lx_c = lx - lx.mean()
     return ((lx_c * (ly - ly.mean())).sum() / (lx_c ** 2).sum()).item()
+
+
+def _log_binomial_cdf(n: int, p: float) -> Tensor:
+    """``log P(B ≤ k)`` for ``k = 0, …, n``, B ~ Binomial(n, p), in float64 (log-space, no scipy)."""
+    k = torch.arange(n + 1, dtype=torch.float64)
+    log_pmf = (torch.lgamma(torch.tensor(n + 1.0, dtype=torch.float64)) - torch.lgamma(k + 1) - torch.lgamma(n - k + 1)
+               + k * math.log(p) + (n - k) * math.log1p(-p))
+    return torch.logcumsumexp(log_pmf, dim=0)
+
+
+def quantile_interval(samples: Tensor, quantile: float = 0.5, failure_probability: float = 1e-7) -> Interval:
+    r"""A distribution-free interval for the ``quantile`` :math:`\xi_q` of a continuous law, from order
+    statistics: :math:`[X_{(l)}, X_{(u)}]` with the ranks chosen from Binomial(N, q) tails so that
+    :math:`P(X_{(l)} \le \xi_q \le X_{(u)}) \ge 1 - \delta` (each tail :math:`\le \delta/2`). Exact: no
+    assumption beyond i.i.d. samples of a continuous law (heavy tails allowed). The estimate is the
+    sample quantile at rank :math:`\lceil qN \rceil`."""
+    x = _flat(samples)
+    delta = _delta(failure_probability)
+    if not 0 < quantile < 1:
+        raise ValueError(f"quantile must be in (0, 1), got {quantile!r}")
+    n = x.numel()
+    ordered = x.sort().values
+    log_cdf = _log_binomial_cdf(n, quantile)                    # log P(B ≤ k), B = #{X_i ≤ ξ_q}
+    log_half = math.log(delta / 2)
+    # Lower rank l (1-based): the largest l with P(B ≤ l − 1) ≤ δ/2, i.e. P(X_(l) > ξ) ≤ δ/2.
+    below = torch.nonzero(log_cdf <= log_half).flatten()
+    # Upper rank u: the smallest u with P(B ≥ u) = 1 − P(B ≤ u − 1) ≤ δ/2.
+    log_upper_tail = torch.log1p(-log_cdf.exp().clamp(max=1.0))   # log P(B > k) = log P(B ≥ k + 1)
+    above = torch.nonzero(log_upper_tail <= log_half).flatten()
+    if below.numel() == 0 or above.numel() == 0:
+        raise ValueError(f"{n} samples are too few for a {quantile:g}-quantile interval with failure probability "
+                         f"{delta:g}")
+    lower_rank = int(below.max().item()) + 1                    # P(B ≤ l − 1) ≤ δ/2 with l − 1 = index
+    upper_rank = int(above.min().item()) + 1                    # P(B ≥ u) ≤ δ/2 with u − 1 = index
+    estimate = ordered[max(math.ceil(quantile * n), 1) - 1].item()
+    return Interval(estimate, ordered[lower_rank - 1].item(), ordered[upper_rank - 1].item(), "exact", delta, n)
+
+
+def binomial_upper_tail(successes: int, trials: int, probability: float) -> float:
+    r""":math:`P(B \ge \text{successes})` for :math:`B \sim \mathrm{Binomial}(\text{trials}, \text{probability})`,
+    exactly (log-space sums, no scipy). As a test: if it is at most δ, the hypothesis "the rate is at
+    most ``probability``" is rejected with failure probability at most δ (the exact one-sided test
+    that the Clopper–Pearson lower bound inverts)."""
+    if trials <= 0 or not 0 <= successes <= trials:
+        raise ValueError(f"need 0 ≤ successes ≤ trials and trials > 0, got {successes}/{trials}")
+    if not 0 < probability < 1:
+        raise ValueError(f"probability must be in (0, 1), got {probability!r}")
+    k = torch.arange(successes, trials + 1, dtype=torch.float64)
+    log_pmf = (math.lgamma(trials + 1) - torch.lgamma(k + 1) - torch.lgamma(trials - k + 1)
+               + k * math.log(probability) + (trials - k) * math.log1p(-probability))
+    return min(math.exp(torch.logsumexp(log_pmf, dim=0).item()), 1.0)     # Σ_{k ≥ successes} P(B = k)
