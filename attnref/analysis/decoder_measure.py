@@ -22,6 +22,9 @@ head ``i`` (key head ``g(i) = i // (h / h_kv)``), sums over the rows a causal so
 ``stream_sq``, ``attention_sq``, ``ffn_sq``   Σ of ‖H^(l)‖², ‖attention update‖², ‖FFN update‖²
 ``spread_sq``, ``total_sq``   ‖H^(l) − 1 h̄ᵀ‖_F² and ‖H^(l)‖_F² (D1's residual), l = 0 … 30
 ``cos_sum``, ``pairs``   Σ of the cosines between distinct tokens of H^(l), and their number
+``grad_attention_sq``, ``grad_ffn_sq``   (first :data:`GRADIENT_SENTENCES` sentences) ‖∂ℓ/∂θ‖² per block for the attention weights (W_Q, W_K, W_V,
+                         W_O) and the FFN weights, ℓ the sentence's mean next-token cross-entropy
+``loss``                 that mean cross-entropy (nats per token)
 ``pure_spread_sq``, ``pure_total_sq``   D1's residual along the attention-only path without skips:
                          ``Y^(0) = H^(0)``, ``Y^(l) = GQA_l(RMSNorm_l(Y^(l−1)))`` with the model's weights
 
@@ -50,6 +53,8 @@ OFFSETS = (0, 1, 2, 4, 8, 32, 128)
 SOURCES = ("attnref/decoder.py", "attnref/rope.py", "attnref/attention.py", "attnref/models/smollm.py",
            "attnref/analysis/decoder_measure.py", "attnref/analysis/texts.py")
 DATA = Path("data") / "smollm2-measurements"
+#: The repository this package was installed from (editable install): where ``data/`` lives.
+ROOT = Path(__file__).resolve().parents[2]
 #: Q4_1 stores a block of 32 weights as d·q + m (q in 0…15, d and m in float16) rounded to nearest:
 #: each dequantized weight is within d·(1/2 + 15·2⁻¹¹) + |m|·2⁻¹¹ of the weight it replaced.
 FP16_UNIT = 2.0 ** -11
@@ -204,15 +209,55 @@ def _sums_for_sentence(model, ids: Tensor) -> dict[str, Tensor]:
     return out
 
 
-def measure_sentences(model, token_ids: list[list[int]], progress=None) -> dict[str, Tensor]:
-    """:func:`_sums_for_sentence` for every sentence, stacked along a first dimension."""
-    rows = []
+ATTENTION_WEIGHTS = ("w_q", "w_k", "w_v", "w_o")
+FFN_WEIGHTS = ("w_gate", "w_up", "w_down")
+
+
+def _gradient_norms(model, ids: Tensor) -> dict[str, Tensor]:
+    """Per block, the squared norm of the gradient of the sentence's mean next-token cross-entropy
+    with respect to the block's attention weights and its FFN weights (float32, as the model runs)."""
+    from attnref.models.smollm import forward
+
+    params = [[getattr(layer, name).requires_grad_(True) for name in ATTENTION_WEIGHTS + FFN_WEIGHTS]
+              for layer in model.layers]
+    try:
+        logits = forward(model, ids).logits                                     # (n, vocab)
+        loss = torch.nn.functional.cross_entropy(logits[:-1], ids[1:])
+        grads = torch.autograd.grad(loss, [p for block in params for p in block])
+    finally:
+        for block in params:
+            for p in block:
+                p.requires_grad_(False)
+    k = len(ATTENTION_WEIGHTS)
+    per_block = [grads[i:i + len(ATTENTION_WEIGHTS + FFN_WEIGHTS)]
+                 for i in range(0, len(grads), len(ATTENTION_WEIGHTS + FFN_WEIGHTS))]
+    return {"grad_attention_sq": torch.tensor([sum(g.double().pow(2).sum() for g in b[:k]) for b in per_block]),
+            "grad_ffn_sq": torch.tensor([sum(g.double().pow(2).sum() for g in b[k:]) for b in per_block]),
+            "loss": torch.tensor(loss.item(), dtype=torch.float64)}
+
+
+#: Gradients (a backward pass through the 49152-word output layer) cost several times a forward
+#: pass: they are measured on the first sentences only.
+GRADIENT_SENTENCES = 16
+
+
+def measure_sentences(model, token_ids: list[list[int]], progress=None,
+                      gradients: int = GRADIENT_SENTENCES) -> dict[str, Tensor]:
+    """:func:`_sums_for_sentence` for every sentence, stacked along a first dimension, and
+    :func:`_gradient_norms` for the first ``gradients`` sentences (arrays ``grad_*``, ``loss``)."""
+    rows, grads = [], []
     for i, ids in enumerate(token_ids):
+        ids = torch.tensor(ids, dtype=torch.int64)
         with torch.no_grad():
-            rows.append(_sums_for_sentence(model, torch.tensor(ids, dtype=torch.int64)))
+            rows.append(_sums_for_sentence(model, ids))
+        if i < gradients:
+            grads.append(_gradient_norms(model, ids))
         if progress is not None:
             progress(i + 1, len(token_ids))
-    return {name: torch.stack([r[name] for r in rows]) for name in rows[0]}
+    out = {name: torch.stack([r[name] for r in rows]) for name in rows[0]}
+    if grads:
+        out.update({name: torch.stack([g[name] for g in grads]) for name in grads[0]})
+    return out
 
 
 def long_text_logit_spectra(model, ids: list[int]) -> Tensor:
@@ -247,7 +292,7 @@ class StaleMeasurements(RuntimeError):
     pass
 
 
-def load(root: Path) -> tuple[dict[str, Tensor], dict]:
+def load(root: Path = ROOT) -> tuple[dict[str, Tensor], dict]:
     """The stored measurements and their provenance; a missing or stale file raises one line
     naming ``make measure``."""
     import numpy as np
