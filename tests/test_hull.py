@@ -100,3 +100,49 @@ def test_separation_width_mismatch():
 def test_separation_needs_unit_directions():
     with pytest.raises(ValueError, match=r"directions of shape \(1, 2\) must be unit rows"):
         hull.separation(t(3, 2), t(4, 2), tensor([[2, 0]]))
+
+
+@pytest.mark.parametrize("d", [2, 3, 16])
+def test_distance_to_hull_is_zero_inside(gen, d):
+    vertices = randn(gen, 7, d)
+    weights = torch.softmax(3 * randn(gen, 15, 7), dim=1)           # sharp and flat convex weights
+    distances, found = hull.distance_to_hull(weights @ vertices, vertices)
+    assert distances.max() <= 1e-9
+    assert (found >= 0).all() and torch.allclose(found.sum(dim=1), torch.ones(15, dtype=torch.float64))
+    assert torch.allclose(found @ vertices, weights @ vertices, atol=1e-9)   # a membership certificate
+
+
+@pytest.mark.parametrize("d", [2, 3, 16])
+def test_distance_to_hull_outside_is_certified_by_a_separating_direction(gen, d):
+    vertices = randn(gen, 6, d)
+    points = 3 * randn(gen, 15, d)
+    distances, weights = hull.distance_to_hull(points, vertices)
+    nearest = weights @ vertices                                     # (15, d), points of the hull
+    assert torch.allclose((points - nearest).norm(dim=1), distances, atol=1e-12)
+    for y, x, distance in zip(points, nearest, distances):
+        if distance > 1e-9:
+            u = (y - x) / distance                                   # every vertex lies ≥ distance behind
+            assert hull.separation(y[None], vertices, u[None]).item() == pytest.approx(distance.item(), abs=1e-9)
+
+
+def test_distance_to_hull_agrees_with_the_exact_2d_test(gen):
+    vertices = randn(gen, 8, 2)
+    points = 2 * randn(gen, 40, 2)
+    polygon = hull.convex_hull_2d(vertices)
+    outside_2d = hull.separation(points, vertices, hull.edge_normals_2d(polygon)) > 1e-9
+    assert torch.equal(hull.distance_to_hull(points, vertices)[0] > 1e-9, outside_2d)
+
+
+def test_distance_to_hull_of_a_segment_and_a_point():
+    segment = tensor([[0, 0], [2, 0]])
+    distances, weights = hull.distance_to_hull(tensor([[1, 1], [3, 0], [0.5, 0]]), segment)
+    assert torch.allclose(distances, tensor([1, 1, 0]))
+    assert torch.allclose(weights, tensor([[0.5, 0.5], [0, 1], [0.75, 0.25]]))
+    assert hull.distance_to_hull(tensor([[3, 4]]), tensor([[0, 0]]))[0].item() == pytest.approx(5)
+
+
+def test_distance_to_hull_bad_input():
+    with pytest.raises(ValueError, match=r"points has shape \(3, 2\) and vertices has shape \(4, 3\)"):
+        hull.distance_to_hull(t(3, 2), t(4, 3))
+    with pytest.raises(ValueError, match=r"vertices must hold at least one point, got shape \(0, 2\)"):
+        hull.distance_to_hull(t(3, 2), t(0, 2))

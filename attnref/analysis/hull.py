@@ -9,7 +9,11 @@ direction separates it from them:
 directions: a positive value is a certificate that ``y`` is outside. In two dimensions the
 outward edge normals of the hull (:func:`convex_hull_2d`, :func:`edge_normals_2d`) are the only
 directions that need checking, so there the test is exact: the separation is the signed
-distance to the nearest edge line (negative inside).
+distance to the nearest edge line (negative inside). In any dimension,
+:func:`distance_to_hull` finds the point of the hull nearest to ``y`` (Wolfe's minimum-norm-point
+algorithm, exact up to round-off after finitely many steps): its distance is 0 exactly for points
+inside, and for a point outside the direction from the nearest point to ``y`` is a separating
+direction whose gap (:func:`separation`) equals that distance.
 """
 
 from __future__ import annotations
@@ -108,3 +112,94 @@ def separation(points: Tensor, vertices: Tensor, directions: Tensor) -> Tensor:
     support = (vertices @ directions.T).amax(dim=0)          # (m, d) @ (d, r) -> (m, r) -> (r,): max_j u · v_j
     gaps = point_heights - support                           # (p, r)
     return gaps.amax(dim=1)                                  # (p,)
+
+
+def _min_norm_point(points: Tensor, tolerance: float) -> tuple[Tensor, Tensor]:
+    r"""Wolfe's algorithm: the point of :math:`\mathrm{conv}\{p_1, \dots, p_m\}` nearest to the origin.
+
+    Keeps a corral ``S`` of points and convex weights ``λ`` on it. Major step: if no point lies
+    further than round-off on the near side of the plane through ``x = Σ λ_k p_k`` normal to
+    ``x`` (:math:`\min_j x \cdot p_j \ge x \cdot x - ε`), ``x`` is optimal; otherwise the most
+    violating point joins ``S``. Minor step: the nearest point of the affine hull of ``S``
+    (weights ``μ`` with :math:`\sum μ = 1`, from the bordered system
+    :math:`[P_S P_S^\top, 1; 1^\top, 0]`); if some ``μ_k ≤ 0``, move from ``λ`` toward ``μ`` until
+    the first weight reaches 0, drop it, and repeat.
+
+    Args:
+        points: ``(m, d)``, the rows :math:`p_j`.
+
+    Returns the nearest point ``(d,)`` and its convex weights ``(m,)``.
+    """
+    m = points.shape[0]
+    scale = float(points.norm(dim=1).max()) ** 2 or 1.0
+    corral = [int(points.norm(dim=1).argmin())]
+    weights = points.new_ones(1)
+    x = points[corral[0]]
+    for _ in range(50 * (m + points.shape[1]) + 100):
+        heights = points @ x                                  # (m,): x · p_j
+        j = int(heights.argmin())
+        if heights[j] >= x @ x - tolerance * scale or j in corral:
+            break
+        corral.append(j)
+        weights = torch.cat([weights, weights.new_zeros(1)])
+        while True:
+            P = points[corral]                                # (s, d)
+            s = len(corral)
+            system = points.new_zeros(s + 1, s + 1)
+            system[:s, :s] = P @ P.T                          # Gram matrix of the corral
+            system[:s, s] = 1
+            system[s, :s] = 1
+            rhs = points.new_zeros(s + 1)
+            rhs[s] = 1
+            try:
+                mu = torch.linalg.solve(system, rhs)[:s]          # nearest point of the affine hull
+            except RuntimeError:                                  # affinely dependent corral
+                mu = (torch.linalg.pinv(system) @ rhs)[:s]
+            if (mu > tolerance).all():
+                weights = mu
+                break
+            shrinking = mu <= tolerance
+            steps = weights[shrinking] / (weights[shrinking] - mu[shrinking])
+            theta = float(steps.min().clamp(0, 1))
+            weights = weights + theta * (mu - weights)
+            keep = weights > tolerance
+            keep[int(torch.where(shrinking)[0][int(steps.argmin())])] = False    # the weight that hit 0
+            corral = [k for k, kept in zip(corral, keep.tolist()) if kept]
+            weights = weights[keep]
+            weights = weights / weights.sum()
+        x = weights @ points[corral]
+    full = points.new_zeros(m)
+    full[corral] = weights
+    return x, full
+
+
+def distance_to_hull(points: Tensor, vertices: Tensor, tolerance: float = 1e-12) -> tuple[Tensor, Tensor]:
+    r"""Euclidean distance from each point to :math:`\mathrm{conv}\{v_1, \dots, v_m\}`, in any dimension.
+
+    For each point ``y`` the nearest point of the hull is found by Wolfe's minimum-norm-point
+    algorithm applied to :math:`\{v_j - y\}` (:func:`_min_norm_point`). Inside the hull the distance is
+    0 up to round-off; outside, :math:`u = (y - x^*) / \lVert y - x^* \rVert` separates ``y`` from
+    every vertex by exactly the distance (``separation(y, vertices, u) == distance``).
+
+    Args:
+        points: ``(p, d)``, the points ``y``.
+        vertices: ``(m, d)``, the points :math:`v_j` (not necessarily the hull's vertices).
+        tolerance: relative round-off tolerance of the optimality test.
+
+    Returns the distances ``(p,)`` and the convex weights of the nearest points ``(p, m)``
+    (rows ≥ 0, summing to 1: a certificate of membership when the distance is 0).
+    """
+    check.floating("points", points, exact_dim=2)
+    check.floating("vertices", vertices, exact_dim=2)
+    check.same_dtype(points=points, vertices=vertices)
+    check.dim_equal("points and vertices must have the same width d", "points", points, 1, "vertices", vertices, 1)
+    if vertices.shape[0] == 0:
+        raise ValueError(f"vertices must hold at least one point, got shape {check.shape_of(vertices)}")
+    distances, weights = [], []
+    for y in points:
+        nearest, w = _min_norm_point(vertices - y, tolerance)   # nearest point of the hull, minus y
+        distances.append(nearest.norm())
+        weights.append(w)
+    if not distances:
+        return points.new_zeros(0), points.new_zeros(0, vertices.shape[0])
+    return torch.stack(distances), torch.stack(weights)
