@@ -31,10 +31,10 @@ N ?= 10
 PYTEST_ARGS ?=
 DETERMINISM_LOG ?= /tmp/attention-claims-determinism.log
 
-.PHONY: measure install book test test-fast seeds test-seeds determinism bench preflight execute lock clean help
+.PHONY: measure install book bundle pdf test test-fast seeds test-seeds determinism bench preflight execute lock clean help
 
 help:
-	@echo "make book | make test | make test-fast (no notebooks) | make execute (refresh stored outputs) | make clean"
+	@echo "make book | make pdf (the PDF edition) | make bundle (notebooks + wheel + lock, for download) | make test | make test-fast (no notebooks) | make execute (refresh stored outputs) | make clean"
 	@echo "make seeds [SEEDS=1,...,20] | make determinism [N=10] | make bench (timings -> book/_data/report.json)"
 
 $(STAMP): requirements.lock requirements-nodeps.txt pyproject.toml
@@ -55,9 +55,20 @@ install:
 preflight: $(STAMP)
 	@$(BIN)/python tools/preflight.py --root $(CURDIR)
 
-book: $(STAMP) preflight
+book: $(STAMP) preflight bundle
 	$(RUN) $(BIN)/jupyter-book build . $(BOOK_FLAGS)
 	@echo "Open _build/html/index.html in a browser (or: $(BIN)/python -m http.server -d _build/html)"
+
+# The download bundle (every notebook, attnref as a wheel, the lock, a README) -> _build/downloads/;
+# the site's landing and reproduce pages link it (book/_ext/book_site.py).
+bundle: $(STAMP)
+	$(BIN)/python tools/make_bundle.py
+
+# The PDF edition: the built site printed by Chromium in table-of-contents order -> _build/downloads/;
+# then the site is built again, so that its pages link the PDF.
+pdf: book
+	$(RUN) $(BIN)/python tools/make_pdf.py
+	$(RUN) $(BIN)/jupyter-book build . $(BOOK_FLAGS)
 
 # Strict nbval on every notebook (default seed) + its assertions again for TEST_SEEDS + every test.
 test: $(STAMP) preflight

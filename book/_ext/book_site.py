@@ -2,7 +2,8 @@
 
 * ``book.css`` (figures never stretched, equations and code that scroll or wrap inside
   themselves, one search box), ``print.css`` (the PDF edition: the article only) and
-  ``book.js`` (a displayed equation slightly wider than its column is typeset to fit).
+  ``book.js`` (a displayed equation slightly wider than its column is typeset to fit). MathJax
+  is loaded on every page (the sidebar's chapter titles hold math).
 * Repository buttons follow one value, ``repository.url`` of ``_config.yml``: when it is set,
   the repository, source and edit buttons appear; when it is empty (the default: nobody has
   confirmed an address), none of them does. There are no launch buttons: Binder and Colab
@@ -98,6 +99,9 @@ def copy_downloads(app: Sphinx, exception: Exception | None) -> None:
 
 
 def setup(app: Sphinx) -> dict:
+    # MathJax (and every other asset) on every page: the sidebar shows chapter titles with math
+    # ($\sqrt{d_k}$) on pages that hold no formula themselves, where Sphinx would leave MathJax out.
+    app.set_html_assets_policy("always")
     app.connect("config-inited", configure, priority=900)
     app.add_css_file("book.css")
     app.add_css_file("print.css", media="print")
