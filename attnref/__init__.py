@@ -36,14 +36,20 @@ The attention math is at the top of the package; everything else has its own pla
 ``layers``           LayerNorm, feed-forward network, the encoder layer's weights, positional encoding
 ``blocks``           post-LN, pre-LN and causal decoder-only layers, stacks of layers, and a
                      trainable ``torch.nn.Module`` built from them
-``rope``             rotary position embeddings
+``rope``             rotary position embeddings in transformers' Llama convention (coordinate ``p``
+                     paired with ``p + d_k/2``); ``R_t`` acts on columns, so a row rotates as
+                     ``x R_tᵀ`` and a rotated score is ``q_i R_{j−i} k_jᵀ``
+``decoder``          RMSNorm, SwiGLU, grouped-query attention with rotary positions, the pre-norm
+                     causal block of a Llama-style decoder
 ``sequence_layers``  position-wise and sliding-window linear layers as Conv1d
 ``counts``           parameter and multiply–add counts, Vaswani et al. (2017) Table 3
 ``_validate``        the input checks (one per kind of argument)
 ``analysis/``        the chapters' analysis helpers, e.g. ``stats`` (bounds with a stated failure
                      probability), ``symbolic`` (sympy), ``series``, ``lowrank``, ``logit_scale``,
                      ``underflow``, ``hull``, ``references`` (the papers' formulas as loops),
-                     ``trained`` (measurements on a trained model's tensors)
+                     ``trained`` (measurements on a trained model's tensors), ``texts`` (the
+                     sentences the trained models read), ``decoder_measure`` (what ``make measure``
+                     stores about the decoder)
 ``models/``          trained models rebuilt from attnref's parts, e.g. ``minilm`` (all-MiniLM-L6-v2),
                      ``smollm`` (SmolLM2-135M); imported on demand only
 ``book/``            the book's plumbing: ``claims`` (registry, evidence, verdicts), ``seeding``
@@ -146,3 +152,5 @@ __all__ = [
     "stack_layers",
     "transformer_parameter_count",
 ]
+
+from attnref import decoder, rope  # noqa: E402  (modules: attnref.rope.rotate, attnref.decoder.rms_norm, …)
