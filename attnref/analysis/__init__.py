@@ -7,4 +7,9 @@
 ``logit_scale``  standardised random components, entropy, softmax Jacobian, slope bands
 ``underflow``    the logit gap at which a softmax weight underflows to zero
 ``hull``         2-D convex hulls and separating directions
+``references``   papers' formulas transcribed as explicit loops: independent oracles
+``trained``      measurements on a trained model's tensors (any model): spectra, within-row
+                 variance, temperature fits, bootstrap intervals over sentences
+``texts``        the sentences the trained models read (written for the book)
+``decoder_measure``  what ``make measure`` stores about the trained decoder, and its drift check
 """
