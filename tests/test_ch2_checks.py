@@ -109,6 +109,7 @@ def test_l1_ov_parity_catches_an_untransposed_output_projection(monkeypatch):
 # --- L2: LayerNorm between W_O and W_1 --------------------------------------------------------
 
 L2_EXPERIMENT = 'generator = seeding.generator("L2")'
+L2_DEFECT = "# The affine defect of g(a)"
 L2_RESIDUAL = "# The residual stream"
 
 
@@ -117,7 +118,7 @@ def test_l2_defect_checks_catch_a_layer_norm_that_forgets_to_divide(monkeypatch)
         return x - x.mean(dim=-1, keepdim=True)
 
     monkeypatch.setattr(attnref, "layer_norm", centring_only)
-    buggy = run(L2_EXPERIMENT, l2=claims.Evidence("L2"))["l2"]
+    buggy = run(L2_EXPERIMENT, L2_DEFECT, l2=claims.Evidence("L2"))["l2"]
     names = failing(buggy)
     assert any("relative defect δ at ‖a‖ = ‖x‖" in name for name in names)
     assert any("log–log slope" in name for name in names)
