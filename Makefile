@@ -31,7 +31,7 @@ N ?= 10
 PYTEST_ARGS ?=
 DETERMINISM_LOG ?= /tmp/attention-claims-determinism.log
 
-.PHONY: measure install book bundle pdf test test-fast seeds test-seeds determinism bench preflight execute lock clean help
+.PHONY: experiments measure install book bundle pdf test test-fast seeds test-seeds determinism bench preflight execute lock clean help
 
 help:
 	@echo "make book | make pdf (the PDF edition) | make bundle (notebooks + wheel + lock, for download) | make test | make test-fast (no notebooks) | make execute (refresh stored outputs) | make clean"
@@ -101,6 +101,11 @@ bench: $(STAMP) preflight
 # The notebook reads them; make test re-measures two sentences and fails if the code changed since.
 measure: $(STAMP)
 	$(RUN) $(BIN)/python tools/measure_decoder.py
+
+# Chapter 8's training experiments (E1–E5), once (about 20 minutes on 2 cores): data/experiments/e*.json.
+# The notebook reads them; make test re-runs every variant's first steps and fails if the code changed since.
+experiments: $(STAMP)
+	$(RUN) $(BIN)/python tools/run_experiments.py --jobs $(JOBS)
 
 # Re-execute notebooks in place (default seed, one thread) after changing one; commit the result.
 execute: $(STAMP)

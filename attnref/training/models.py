@@ -1,0 +1,201 @@
+r"""Tiny models for the recall task, built from attnref's parts.
+
+A model embeds each pair as ``E_key[k] + E_value[v]`` and the query as ``E_query[q]`` (appended
+last: the sequence has ``n + 1`` tokens, no positions), runs a body, and reads the answer from the
+query position through a LayerNorm and a linear map to the ``values`` logits.
+
+Bodies (``Spec.body``):
+
+* ``"attention"`` — ``layers`` :class:`VariantLayer` s: attnref's :class:`~attnref.blocks.TrainableLayer`
+  (one :class:`~attnref.layers.EncoderLayer` of parameters) with a chosen placement of the
+  LayerNorms and a chosen attention:
+
+  - ``placement``: ``"pre"`` (:func:`attnref.blocks.pre_ln_layer`), ``"post"``
+    (:func:`attnref.blocks.post_ln_layer`), ``"post_relu"`` (post-LN with a ReLU after each
+    Add & Norm, as after the addition of a ResNet block);
+  - ``qkv_activation``: σ ∈ {identity, relu, gelu} applied to the per-head q, k, v;
+  - ``scores``: ``"dot"`` (q·k/√d_k), ``"cosine"`` (cos(q, k), fixed scale 1), ``"cosine_learned"``
+    (β·cos(q, k) with a learned temperature β = e^s per head, QK-norm), ``"fused"`` (one full
+    d × d matrix W per head: x_i W x_jᵀ/√d_k, instead of the factors W_Q W_Kᵀ).
+* ``"token_mlp"`` — the same MLP on every token (it reads the query token only: no context).
+* ``"flat_mlp"`` — an MLP over the flattened sequence (fixed length ``n + 1``; a longer sequence
+  is read through its last ``n + 1`` tokens, the window it was trained on).
+
+Parameters are created in a fixed order (embeddings, readout, then the body), so that variants
+built from the same seed share their initial weights wherever the shapes agree.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from attnref.attention import attention_from_scores, cosine_attention, scaled_dot_product_attention
+from attnref.blocks import TrainableLayer
+from attnref.layers import EncoderLayer, LayerNormParams, feed_forward, gelu, layer_norm, relu
+from attnref.multihead import head_projections, multi_head_attention
+
+Tensor = torch.Tensor
+
+BODIES = ("attention", "token_mlp", "flat_mlp")
+PLACEMENTS = ("pre", "post", "post_relu")
+ACTIVATIONS = ("identity", "relu", "gelu")
+SCORES = ("dot", "cosine", "cosine_learned", "fused")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What to build: width ``d``, heads ``h``, ``layers``, FFN width ``d_ff`` and the variant."""
+
+    d: int = 32
+    h: int = 2
+    layers: int = 1
+    d_ff: int = 64
+    body: str = "attention"
+    placement: str = "pre"
+    qkv_activation: str = "identity"
+    scores: str = "dot"
+    n: int = 8                      # pairs at training time (used by the flattened MLP only)
+
+    def __post_init__(self) -> None:
+        for name, allowed in (("body", BODIES), ("placement", PLACEMENTS),
+                              ("qkv_activation", ACTIVATIONS), ("scores", SCORES)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if self.d % self.h:
+            raise ValueError(f"d = {self.d} is not divisible by h = {self.h}")
+
+
+_SIGMA = {"identity": lambda t: t, "relu": relu, "gelu": gelu}
+
+
+class VariantLayer(TrainableLayer):
+    """attnref's :class:`TrainableLayer` with a chosen LayerNorm placement and attention variant."""
+
+    def __init__(self, weights: EncoderLayer, spec: Spec, generator: torch.Generator):
+        super().__init__(weights)
+        self.spec = spec
+        h, d, d_k = spec.h, spec.d, spec.d // spec.h
+        if spec.scores == "cosine_learned":
+            # QK-norm: a learned inverse temperature per head, β = e^s, initialised at β = √d_k
+            self.log_beta = torch.nn.Parameter(torch.full((h, 1, 1), 0.5 * math.log(d_k)))
+        if spec.scores == "fused":
+            # one full d × d matrix per head, N(0, 1/d) entries; W_Q, W_K are not used (frozen, not counted)
+            self.w_fused = torch.nn.Parameter(torch.randn(h, d, d, generator=generator) * d ** -0.5)
+            for name in ("attention__w_q", "attention__w_k", "attention__b_q", "attention__b_k"):
+                getattr(self, name).requires_grad_(False)
+
+    def attend(self, x: Tensor, weights: EncoderLayer) -> Tensor:
+        spec, attention = self.spec, weights.attention
+        if spec.qkv_activation == "identity" and spec.scores == "dot":
+            return multi_head_attention(x, attention).output          # attnref's own MHA
+        q, k, v = head_projections(x, attention)                       # (B, h, n, d_k) each
+        sigma = _SIGMA[spec.qkv_activation]
+        q, k, v = sigma(q), sigma(k), sigma(v)
+        if spec.scores == "dot":
+            heads = scaled_dot_product_attention(q, k, v)
+        elif spec.scores == "cosine":
+            heads = cosine_attention(q, k, v, beta=1.0)
+        elif spec.scores == "cosine_learned":
+            heads = cosine_attention(q, k, v, beta=self.log_beta.exp())
+        else:                                                          # fused: x_i W x_jᵀ / √d_k
+            d_k = spec.d // spec.h
+            scores = torch.einsum("bnd,hde,bme->bhnm", x, self.w_fused, x) / math.sqrt(d_k)
+            heads = attention_from_scores(scores, v)
+        merged = heads.output.transpose(-3, -2).flatten(-2)             # (B, n, h·d_v)
+        out = merged @ attention.w_o
+        return out if attention.b_o is None else out + attention.b_o
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, key_mask: Tensor | None = None,
+                causal: bool = False) -> Tensor:
+        w = self.weights()
+        placement = self.spec.placement
+        if placement == "pre":                                         # x + MHA(LN(x)), y + FFN(LN(y))
+            y = x + self.attend(layer_norm(x, w.norm_1), w)
+            return y + feed_forward(layer_norm(y, w.norm_2), w.ffn)
+        y = layer_norm(x + self.attend(x, w), w.norm_1)                # post-LN: LN(x + MHA(x))
+        if placement == "post_relu":
+            y = relu(y)                                                # ReLU after Add & Norm
+        z = layer_norm(y + feed_forward(y, w.ffn), w.norm_2)
+        return relu(z) if placement == "post_relu" else z
+
+
+class RecallModel(torch.nn.Module):
+    """Embeddings → body → LayerNorm → linear readout at the query position."""
+
+    def __init__(self, spec: Spec, keys: int, values: int, seed: int):
+        super().__init__()
+        self.spec = spec
+        g = torch.Generator().manual_seed(int(seed))
+        d = spec.d
+
+        def normal(*shape: int, std: float = 1.0) -> torch.nn.Parameter:
+            return torch.nn.Parameter(torch.randn(*shape, generator=g) * std)
+
+        self.key_embedding = normal(keys, d)
+        self.value_embedding = normal(values, d)
+        self.query_embedding = normal(keys, d)
+        self.readout = normal(d, values, std=d ** -0.5)
+        self.readout_bias = torch.nn.Parameter(torch.zeros(values))
+        self.final_norm = torch.nn.ParameterDict({"gain": torch.nn.Parameter(torch.ones(d)),
+                                                  "bias": torch.nn.Parameter(torch.zeros(d))})
+        if spec.body == "attention":
+            layers = []
+            for _ in range(spec.layers):
+                weights = EncoderLayer.random(d, spec.h, spec.d_ff, norm_first=spec.placement == "pre",
+                                              generator=g, dtype=torch.float32)
+                layers.append(VariantLayer(weights, spec, g))
+            self.layers = torch.nn.ModuleList(layers)
+        else:
+            width = d if spec.body == "token_mlp" else d * (spec.n + 1)
+            self.w_1 = normal(width, spec.d_ff, std=width ** -0.5)
+            self.b_1 = torch.nn.Parameter(torch.zeros(spec.d_ff))
+            self.w_2 = normal(spec.d_ff, d, std=spec.d_ff ** -0.5)
+            self.b_2 = torch.nn.Parameter(torch.zeros(d))
+
+    def embed(self, keys: Tensor, values: Tensor, query: Tensor) -> Tensor:
+        pairs = self.key_embedding[keys] + self.value_embedding[values]        # (B, n, d)
+        return torch.cat([pairs, self.query_embedding[query].unsqueeze(1)], 1)  # (B, n + 1, d)
+
+    def forward(self, keys: Tensor, values: Tensor, query: Tensor) -> Tensor:
+        """Logits ``(B, values)`` of the answer."""
+        x = self.embed(keys, values, query)
+        spec = self.spec
+        if spec.body == "attention":
+            for layer in self.layers:
+                x = layer(x)
+            out = x[:, -1]                                             # the query position
+        elif spec.body == "token_mlp":
+            t = x[:, -1]                                               # per token: the query's own
+            out = t + relu(t @ self.w_1 + self.b_1) @ self.w_2 + self.b_2
+        else:
+            window = x[:, -(spec.n + 1):].flatten(1)                   # (B, (n + 1)·d)
+            out = x[:, -1] + relu(window @ self.w_1 + self.b_1) @ self.w_2 + self.b_2
+        norm = LayerNormParams(gain=self.final_norm["gain"], bias=self.final_norm["bias"])
+        return layer_norm(out, norm) @ self.readout + self.readout_bias
+
+    def parameter_count(self) -> int:
+        """Trainable parameters (frozen, unused tensors are not counted)."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    def attention_parameter_count(self) -> int:
+        """Trainable parameters of the score maps (W_Q, W_K and their biases, or the fused W)."""
+        total = 0
+        for name, p in self.named_parameters():
+            if p.requires_grad and any(s in name for s in ("w_q", "w_k", "b_q", "b_k", "w_fused")):
+                total += p.numel()
+        return total
+
+    def fused_spectra(self) -> list[list[float]]:
+        """Singular values of each head's score matrix in the first layer: the fused W, or
+        W_Q W_Kᵀ of the factored form (rank ≤ d_k)."""
+        layer = self.layers[0]
+        with torch.no_grad():
+            if self.spec.scores == "fused":
+                mats = layer.w_fused
+            else:
+                a = layer.weights().attention
+                mats = torch.stack([a.fused_bilinear(i) for i in range(a.h)])
+            return [torch.linalg.svdvals(m.double()).tolist() for m in mats]
