@@ -9,20 +9,16 @@ caller never meets a bare broadcasting error from torch or, worse, a silent wron
   (``causal``, ``norm_first``), :func:`strength` (``beta``);
 * masks: :func:`mask`, :func:`key_mask`, :func:`combine_masks`;
 * attention weights: :func:`weight_rows`;
-* :func:`renamed`, the compatibility shim for old keyword names (to be removed).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import numbers
-from typing import Callable, TypeVar
 
 import torch
 
 Tensor = torch.Tensor
-F = TypeVar("F", bound=Callable)
 
 
 def shape_of(x: Tensor) -> str:
@@ -230,25 +226,3 @@ def weight_rows(name: str, weights: Tensor) -> Tensor:
         raise ValueError(f"every row of {name} (shape {shape_of(weights)}) must sum to 1 "
                          "(or be all zero, a fully masked query)")
     return weights
-
-
-# ------------------------------------------------------------------------------------------
-# COMPATIBILITY SHIM — old keyword names, kept until every call site uses the new ones.
-# Remove `renamed` and its uses once the notebooks are updated (see the list in each use).
-# ------------------------------------------------------------------------------------------
-
-def renamed(**old_to_new: str) -> Callable[[F], F]:
-    """Accept the old keyword names of a function's arguments (no warning), e.g.
-    ``@renamed(queries="query", keys="key")``."""
-    def decorate(function: F) -> F:
-        @functools.wraps(function)
-        def wrapper(*args, **kwargs):
-            for old, new in old_to_new.items():
-                if old in kwargs:
-                    if new in kwargs:
-                        raise TypeError(f"{function.__name__}() got both {old!r} (old name) and {new!r}")
-                    kwargs[new] = kwargs.pop(old)
-            return function(*args, **kwargs)
-        wrapper.__renamed__ = dict(old_to_new)
-        return wrapper  # type: ignore[return-value]
-    return decorate

@@ -104,7 +104,6 @@ def _masked(scores: Tensor, full_mask: Tensor | None) -> Tensor:
     return scores + full_mask
 
 
-@check.renamed(values="value")
 def attention_from_scores(scores: Tensor, value: Tensor, mask: Tensor | None = None,
                           causal: bool = False, key_mask: Tensor | None = None) -> AttentionResult:
     r"""``softmax(mask(S)) V`` for any score matrix ``S`` (additive, cosine, GAT, …).
@@ -180,14 +179,12 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
     return AttentionResult(output, weights)
 
 
-@check.renamed(queries="query", keys="key")
 def luong_dot_scores(query: Tensor, key: Tensor) -> Tensor:
     r"""Luong et al. (2015) "dot" score :math:`e_{ij} = s_i \cdot h_j`; ``(..., n, m)``."""
     _check_query_key(query, key)
     return query @ key.transpose(-2, -1)     # (..., n, d) @ (..., d, m) -> (..., n, m)
 
 
-@check.renamed(queries="query", keys="key")
 def luong_general_scores(query: Tensor, key: Tensor, weight: Tensor) -> Tensor:
     r"""Luong et al. (2015) "general" score :math:`e_{ij} = s_i^\top W h_j` (row form ``S W Hᵀ``).
 
@@ -204,7 +201,6 @@ def luong_general_scores(query: Tensor, key: Tensor, weight: Tensor) -> Tensor:
     return projected @ key.transpose(-2, -1)     # (..., n, d_h) @ (..., d_h, m) -> (..., n, m)
 
 
-@check.renamed(queries="query", keys="key")
 def additive_scores(query: Tensor, key: Tensor, w_query: Tensor, w_key: Tensor, v: Tensor,
                     activation: Callable[[Tensor], Tensor] = torch.tanh) -> Tensor:
     r"""Additive (Bahdanau et al., 2015) score :math:`e_{ij} = v^\top \tanh(W s_i + U h_j)`.
@@ -237,7 +233,6 @@ def _unit_rows(name: str, x: Tensor) -> Tensor:
     return x / norms
 
 
-@check.renamed(queries="query", keys="key")
 def cosine_scores(query: Tensor, key: Tensor) -> Tensor:
     r"""Cosine (content-based) score :math:`\cos(q_i, k_j) = q_i\cdot k_j / (\lVert q_i\rVert \lVert k_j\rVert)`.
 
@@ -250,7 +245,6 @@ def cosine_scores(query: Tensor, key: Tensor) -> Tensor:
     return unit_q @ unit_k.transpose(-2, -1)      # (..., n, d) @ (..., d, m) -> (..., n, m)
 
 
-@check.renamed(queries="query", keys="key", values="value")
 def cosine_attention(query: Tensor, key: Tensor, value: Tensor, beta: float | Tensor = 1.0,
                      mask: Tensor | None = None, causal: bool = False,
                      key_mask: Tensor | None = None) -> AttentionResult:

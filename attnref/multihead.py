@@ -227,7 +227,6 @@ def _mask(x_q: Tensor, x_k: Tensor, x_v: Tensor, h: int, mask: Tensor | None, ke
     return check.combine_masks(mask, keep), per_head
 
 
-@check.renamed(query_input="query", key_input="key", value_input="value")
 def multi_head_attention(query: Tensor, weights: MultiHeadWeights, key: Tensor | None = None,
                          value: Tensor | None = None, mask: Tensor | None = None,
                          key_mask: Tensor | None = None, causal: bool = False) -> AttentionResult:
@@ -270,7 +269,6 @@ def multi_head_attention(query: Tensor, weights: MultiHeadWeights, key: Tensor |
     return AttentionResult(output, torch.stack(head_weights, dim=-3))   # weights (..., h, n, m)
 
 
-@check.renamed(query_input="query", key_input="key", value_input="value")
 def multi_head_attention_packed(query: Tensor, weights: MultiHeadWeights, key: Tensor | None = None,
                                 value: Tensor | None = None, mask: Tensor | None = None,
                                 key_mask: Tensor | None = None, causal: bool = False) -> AttentionResult:
@@ -292,7 +290,6 @@ def multi_head_attention_packed(query: Tensor, weights: MultiHeadWeights, key: T
     return AttentionResult(output, heads.weights)         # weights (..., h, n, m)
 
 
-@check.renamed(query_input="query", key_input="key", value_input="value")
 def head_projections(query: Tensor, weights: MultiHeadWeights, key: Tensor | None = None,
                      value: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     r"""The per-head queries, keys and values, biases included: :math:`Q_i = X_q W_i^Q + b_i^Q`, ….

@@ -296,27 +296,6 @@ def test_runs_on_cuda_and_agrees_with_the_cpu(gen):
     assert attnref.sinusoidal_positional_encoding(4, 8, device="cuda").device.type == "cuda"
 
 
-# ------------------------------------------------------------------------------------------
-# COMPATIBILITY SHIM: the old keyword names still work (delete with attnref._validate.renamed)
-# ------------------------------------------------------------------------------------------
-
-def test_old_keyword_names_still_work(gen):
-    from attnref import sequence_layers as sl
-    q, k, v = randn(gen, 3, 4), randn(gen, 5, 4), randn(gen, 5, 2)
-    weights = MultiHeadWeights.random(4, 2, generator=gen)
-    assert torch.equal(attnref.cosine_attention(queries=q, keys=k, values=v).output,
-                       attnref.cosine_attention(q, k, v).output)
-    assert torch.equal(attnref.luong_dot_scores(queries=q, keys=k), attnref.luong_dot_scores(q, k))
-    assert torch.equal(attnref.attention_from_scores(q @ k.T, values=v).output,
-                       attnref.attention_from_scores(q @ k.T, v).output)
-    assert torch.equal(attnref.multi_head_attention(query_input=q, weights=weights, key_input=k).output,
-                       attnref.multi_head_attention(q, weights, k).output)
-    mixing = randn(gen, 2, 5)
-    assert torch.equal(sl.token_mixing_linear(values=v, mixing=mixing).output, sl.token_mixing_linear(v, mixing).output)
-    with pytest.raises(TypeError, match="got both 'key_input' \\(old name\\) and 'key'"):
-        attnref.multi_head_attention(q, weights, key=k, key_input=k)
-
-
 def test_annotated_transformer_layer_norm_is_torch_s_with_a_rescaled_gain_at_eps_zero(gen):
     """book/notation.md, eq-notation-layernorm-map: a_2 (x − mean)/(x.std(−1) + 0) + b_2 (Bessel-
     corrected std, the Annotated Transformer's) equals attnref's LayerNorm with gain √((d−1)/d)·a_2."""

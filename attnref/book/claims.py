@@ -7,12 +7,18 @@ what it bears on — and :meth:`Evidence.verdict` applies one rule to all of the
 
 * every check that bears on the claim **as stated** passes (and no counterexample does)
   → *holds*;
-* a **counterexample** to the claim as stated passes, and every check restricted to the named
-  **conditions** passes → *holds under conditions*; the conditions are the names of those checks'
-  conditions, never a string typed beside the verdict;
-* a counterexample passes and no condition is named → *does not hold*;
-* anything else (a failing check, a counterexample beside a claim that passed as stated, no
-  evidence) → *not established*, which ``make test`` fails on.
+* a **counterexample** to the claim as stated holds (every check recorded for it passes), and
+  every check restricted to the named **conditions** passes → *holds under conditions*; the
+  conditions are the names of those checks' conditions, never a string typed beside the verdict;
+* a counterexample holds and no condition is named → *does not hold*;
+* anything else (a failing check of the claim or of a condition, a recorded counterexample check
+  that fails, a counterexample beside a claim that passed as stated, no evidence) → *not
+  established*, which ``make test`` fails on.
+
+So every recorded check can move a verdict: a notebook records as a counterexample only what
+it shows to hold, and one counterexample check that breaks turns *does not hold* into *not
+established* (a single standing counterexample would refute the claim, but a broken check means
+the evidence is not what the notebook says it is).
 
 A failing check does not raise: the notebook runs to its end and the evidence table shows which
 check moved the verdict. ``assert`` stays for the preconditions of a computation (shapes, a
@@ -465,7 +471,9 @@ def decide(checks) -> str:
     counter = [c for c in checks if c.bears_on == COUNTEREXAMPLE]
     if not checks:
         return NOT_ESTABLISHED
-    if any(c.passed for c in counter):
+    if counter:
+        if not all(c.passed for c in counter):
+            return NOT_ESTABLISHED          # a recorded counterexample must hold, every check of it
         if stated and all(c.passed for c in stated):
             return NOT_ESTABLISHED          # the claim held as stated and was refuted: contradictory
         if not conditioned:

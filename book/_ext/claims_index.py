@@ -434,9 +434,10 @@ def render_index(book: Book) -> str:
         + escape(_counts(book, registry.CLAIMS)),
         "",
         "A verdict follows from the recorded checks by one rule: every check of the claim as "
-        "stated passes — *holds*; a counterexample passes and every check under the named "
-        "conditions passes — *holds under conditions*; a counterexample passes and no condition "
-        "rescues it — *does not hold*. Each claim's section shows all its checks.",
+        "stated passes — *holds*; a counterexample holds and every check under the named "
+        "conditions passes — *holds under conditions*; a counterexample holds and no condition "
+        "rescues the claim — *does not hold*; anything else — *not established*. Each claim's "
+        "section shows all its checks.",
         "",
     ]
     if models:
