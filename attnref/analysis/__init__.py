@@ -6,7 +6,7 @@
 ``lowrank``      exact and numerical ranks, rank modulo row shifts, single-head fits
 ``logit_scale``  standardised random components, entropy, softmax Jacobian, slope bands
 ``underflow``    the logit gap at which a softmax weight underflows to zero
-``hull``         2-D convex hulls and separating directions
+``hull``         convex hulls: 2-D hulls and separating directions, the distance to a hull in any dimension
 ``references``   papers' formulas transcribed as explicit loops: independent oracles
 ``trained``      measurements on a trained model's tensors (any model): spectra, within-row
                  variance, temperature fits, bootstrap intervals over sentences
