@@ -1,0 +1,328 @@
+r"""Depth at initialisation: rank collapse, per-layer gradient norms, end-to-end Jacobian spectra.
+
+Measurement helpers of chapter 7, model-agnostic where they can be (any function of a token
+matrix). Statistics need many independent draws of a whole stack, so the layers here are
+*batched over draws*: every weight carries a leading axis of ``B`` independent draws, and one
+call computes ``B`` stacks at once. They compute the same functions as :mod:`attnref.blocks`
+(post-LN, pre-LN) and :func:`attnref.multi_head_attention` — :meth:`Stack.layer` returns one
+draw as an :class:`attnref.EncoderLayer`, so a notebook can hold the batched computation to
+attnref's own, draw by draw.
+
+* :func:`relative_residual` — :math:`\lVert X - \mathbf 1 \bar x^\top\rVert_F / \lVert X\rVert_F`,
+  the distance to the rank-one matrices of identical tokens (Dong, Cordonnier & Loukas, 2021).
+* :class:`Stack` — ``L`` layers × ``B`` draws at a stated initialisation (that of
+  :meth:`attnref.EncoderLayer.random`).
+* :func:`self_attention`, :func:`layer_norm`, :func:`feed_forward`, :func:`post_ln`,
+  :func:`pre_ln` — the batched layers; :func:`run` applies a stack in one of several variants.
+* :func:`collapse_recursion` — a pure self-attention stack followed exactly in the split
+  :math:`X = \mathbf 1 m^\top + R`, with :math:`\lVert R\rVert` carried as a logarithm, so that a
+  residual of :math:`10^{-10^{11}}` is still resolved (float64 stops at its round-off floor).
+* :func:`layer_gradient_norms` — the norm of the loss gradient w.r.t. each layer's weights.
+* :func:`jacobian` — end-to-end input–output Jacobians of a batched map, one per draw.
+* :func:`mean_pairwise_cosine` — the tokens' mean pairwise cosine similarity.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+import attnref
+from attnref.layers import FeedForward, LayerNormParams
+from attnref.multihead import MultiHeadWeights
+
+Tensor = torch.Tensor
+
+#: The names of the variants :func:`run` knows, with the layer each applies.
+VARIANTS = {
+    "attention": "X ← SA(X)",                              # pure self-attention, no skip, no FFN
+    "attention + skip": "X ← X + SA(X)",
+    "attention + FFN": "X ← FFN(SA(X))",                   # no skip connection
+    "attention + LayerNorm": "X ← LN(SA(X))",              # no skip connection
+    "post-LN": "Y = LN(X + SA(X)), X ← LN(Y + FFN(Y))",
+    "pre-LN": "Y = X + SA(LN(X)), X ← Y + FFN(LN(Y))",
+    "pre-LN, ReLU after the sums": "Y = ReLU(X + SA(LN(X))), X ← ReLU(Y + FFN(LN(Y)))",
+}
+
+
+# --- measurements on token matrices ------------------------------------------------------------
+def relative_residual(x: Tensor) -> Tensor:
+    r"""``‖X − 1 x̄ᵀ‖_F / ‖X‖_F`` of token matrices ``x (..., n, d)`` → ``(...)``.
+
+    :math:`\bar x` is the mean token, the rank-one matrix :math:`\mathbf 1 \bar x^\top` the
+    Frobenius-nearest matrix of identical rows; the ratio is 0 exactly when all tokens are equal
+    and at most 1.
+    """
+    centred = x - x.mean(dim=-2, keepdim=True)                       # (..., n, d)
+    return torch.linalg.matrix_norm(centred) / torch.linalg.matrix_norm(x)
+
+
+def mean_pairwise_cosine(x: Tensor) -> Tensor:
+    """Mean cosine similarity over the ``n(n−1)/2`` pairs of distinct tokens, ``(..., n, d)`` → ``(...)``."""
+    unit = x / torch.linalg.vector_norm(x, dim=-1, keepdim=True)     # (..., n, d)
+    gram = unit @ unit.transpose(-1, -2)                              # (..., n, n)
+    n = x.shape[-2]
+    return (gram.sum(dim=(-1, -2)) - gram.diagonal(dim1=-2, dim2=-1).sum(-1)) / (n * (n - 1))
+
+
+def mean_token_share(x: Tensor) -> Tensor:
+    r"""``√n ‖x̄‖ / ‖X‖_F``: the share of the tokens' norm in their common mean, ``(..., n, d)`` → ``(...)``
+    (1 when all tokens are equal; :math:`\approx 1/\sqrt n` for independent zero-mean tokens)."""
+    n = x.shape[-2]
+    return math.sqrt(n) * torch.linalg.vector_norm(x.mean(dim=-2), dim=-1) / torch.linalg.matrix_norm(x)
+
+
+# --- a batch of stacks at initialisation --------------------------------------------------------
+@dataclass(frozen=True)
+class Stack:
+    """``L`` layers for ``B`` independent draws; every tensor has leading axes ``(L, B)``.
+
+    The initialisation is :meth:`attnref.EncoderLayer.random`'s: attention weights (and, when
+    ``bias``, attention biases) from N(0, 1/d); FFN ``w_1`` from N(0, 1/d), ``w_2`` from
+    N(0, 1/d_ff), zero FFN biases; LayerNorm γ = 1, β = 0 (so the LayerNorms here carry no
+    affine part: it is the identity at initialisation).
+    """
+
+    w_q: Tensor            # (L, B, h, d, d_k)
+    w_k: Tensor            # (L, B, h, d, d_k)
+    w_v: Tensor            # (L, B, h, d, d_v)
+    w_o: Tensor            # (L, B, h·d_v, d)
+    b_q: Tensor | None     # (L, B, h, d_k)
+    b_k: Tensor | None     # (L, B, h, d_k)
+    b_v: Tensor | None     # (L, B, h, d_v)
+    b_o: Tensor | None     # (L, B, d)
+    w_1: Tensor            # (L, B, d, d_ff)
+    w_2: Tensor            # (L, B, d_ff, d)
+    eps: float = 1e-5      # LayerNorm ε
+
+    @property
+    def depth(self) -> int:
+        return self.w_q.shape[0]
+
+    @property
+    def draws(self) -> int:
+        return self.w_q.shape[1]
+
+    @classmethod
+    def random(cls, depth: int, draws: int, d: int, h: int, d_ff: int, bias: bool = True,
+               generator: torch.Generator | None = None, dtype: torch.dtype = torch.float64) -> "Stack":
+        """Draw ``depth × draws`` layers at the initialisation stated in the class docstring."""
+        if min(depth, draws, d, h, d_ff) < 1 or d % h:
+            raise ValueError(f"need positive sizes and h | d, got L={depth}, B={draws}, d={d}, h={h}, d_ff={d_ff}")
+        d_k = d // h
+
+        def draw(*shape: int, fan_in: int) -> Tensor:
+            return torch.randn(depth, draws, *shape, generator=generator, dtype=dtype) * fan_in ** -0.5
+
+        maybe = (lambda *shape: draw(*shape, fan_in=d)) if bias else (lambda *shape: None)
+        return cls(w_q=draw(h, d, d_k, fan_in=d), w_k=draw(h, d, d_k, fan_in=d), w_v=draw(h, d, d_k, fan_in=d),
+                   w_o=draw(h * d_k, d, fan_in=d), b_q=maybe(h, d_k), b_k=maybe(h, d_k), b_v=maybe(h, d_k),
+                   b_o=maybe(d), w_1=draw(d, d_ff, fan_in=d), w_2=draw(d_ff, d, fan_in=d_ff))
+
+    def tensors(self) -> dict[str, Tensor]:
+        """The weight tensors by name (absent biases left out)."""
+        names = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "w_1", "w_2")
+        return {k: getattr(self, k) for k in names if getattr(self, k) is not None}
+
+    def first(self, depth: int) -> "Stack":
+        """The stack of the first ``depth`` layers (the same draws)."""
+        cut = {k: None if getattr(self, k) is None else getattr(self, k)[:depth]
+               for k in ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "w_1", "w_2")}
+        return Stack(**cut, eps=self.eps)
+
+    def layer(self, index: int, draw: int, norm_first: bool = False) -> attnref.EncoderLayer:
+        """Layer ``index`` of draw ``draw`` as an :class:`attnref.EncoderLayer` (the same numbers)."""
+        def pick(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t[index, draw]
+        attention = MultiHeadWeights(w_q=pick(self.w_q), w_k=pick(self.w_k), w_v=pick(self.w_v), w_o=pick(self.w_o),
+                                     b_q=pick(self.b_q), b_k=pick(self.b_k), b_v=pick(self.b_v), b_o=pick(self.b_o))
+        d, d_ff = self.w_1.shape[-2:]
+        zeros = torch.zeros(d_ff, dtype=self.w_1.dtype), torch.zeros(d, dtype=self.w_1.dtype)
+        ffn = FeedForward(w_1=pick(self.w_1), b_1=zeros[0], w_2=pick(self.w_2), b_2=zeros[1])
+        norm = LayerNormParams.default(d, self.eps, self.w_1.dtype)
+        return attnref.EncoderLayer(attention=attention, norm_1=norm, ffn=ffn, norm_2=norm, norm_first=norm_first)
+
+
+# --- the batched layers -------------------------------------------------------------------------
+def self_attention(x: Tensor, w: dict[str, Tensor]) -> Tensor:
+    r"""Multi-head self-attention of ``B`` draws at once: ``x (B, n, d)`` with ``w`` one layer's
+    tensors of a :class:`Stack` (``w_q (B, h, d, d_k)`` …) → ``(B, n, d)``;
+    :math:`\mathrm{softmax}(Q_i K_i^\top/\sqrt{d_k})\,V_i` per head, concatenated, times :math:`W^O`."""
+    q = torch.einsum("bnd,bhdk->bhnk", x, w["w_q"])                  # (B, h, n, d_k)
+    k = torch.einsum("bnd,bhdk->bhnk", x, w["w_k"])                  # (B, h, n, d_k)
+    v = torch.einsum("bnd,bhdk->bhnk", x, w["w_v"])                  # (B, h, n, d_v)
+    if "b_q" in w:
+        q, k, v = q + w["b_q"][:, :, None], k + w["b_k"][:, :, None], v + w["b_v"][:, :, None]
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])         # (B, h, n, n)
+    heads = torch.softmax(scores, dim=-1) @ v                         # (B, h, n, d_v)
+    concatenated = heads.transpose(1, 2).flatten(-2)                  # (B, n, h·d_v), head-major
+    out = concatenated @ w["w_o"]                                     # (B, n, d)
+    return out + w["b_o"][:, None] if "b_o" in w else out
+
+
+def layer_norm(x: Tensor, eps: float = 1e-5) -> Tensor:
+    """LayerNorm over the last axis with γ = 1, β = 0 (its initialisation), ``(..., d)``."""
+    mean = x.mean(dim=-1, keepdim=True)
+    variance = ((x - mean) ** 2).mean(dim=-1, keepdim=True)           # biased, as torch
+    return (x - mean) / torch.sqrt(variance + eps)
+
+
+def feed_forward(x: Tensor, w: dict[str, Tensor]) -> Tensor:
+    """``ReLU(x W_1) W_2`` (zero biases at initialisation): ``x (B, n, d)`` → ``(B, n, d)``."""
+    return torch.relu(x @ w["w_1"]) @ w["w_2"]                       # (B, n, d_ff) -> (B, n, d)
+
+
+def post_ln(x: Tensor, w: dict[str, Tensor], eps: float = 1e-5) -> Tensor:
+    """The post-LN layer, ``y = LN(x + SA(x))``, ``z = LN(y + FFN(y))``."""
+    y = layer_norm(x + self_attention(x, w), eps)
+    return layer_norm(y + feed_forward(y, w), eps)
+
+
+def pre_ln(x: Tensor, w: dict[str, Tensor], eps: float = 1e-5, relu_after_sum: bool = False) -> Tensor:
+    """The pre-LN layer, ``y = x + SA(LN(x))``, ``z = y + FFN(LN(y))``; with ``relu_after_sum``
+    a ReLU after each residual sum, ``y = ReLU(x + SA(LN(x)))``, ``z = ReLU(y + FFN(LN(y)))``."""
+    act = torch.relu if relu_after_sum else (lambda t: t)
+    y = act(x + self_attention(layer_norm(x, eps), w))
+    return act(y + feed_forward(layer_norm(y, eps), w))
+
+
+_LAYERS: dict[str, Callable[[Tensor, dict, float], Tensor]] = {
+    "attention": lambda x, w, eps: self_attention(x, w),
+    "attention + skip": lambda x, w, eps: x + self_attention(x, w),
+    "attention + FFN": lambda x, w, eps: feed_forward(self_attention(x, w), w),
+    "attention + LayerNorm": lambda x, w, eps: layer_norm(self_attention(x, w), eps),
+    "post-LN": post_ln,
+    "pre-LN": pre_ln,
+    "pre-LN, ReLU after the sums": lambda x, w, eps: pre_ln(x, w, eps, relu_after_sum=True),
+}
+
+
+def layer_weights(stack: Stack, index: int, tensors: dict[str, Tensor] | None = None) -> dict[str, Tensor]:
+    """Layer ``index``'s tensors, ``(B, …)`` each (from ``tensors`` when given, e.g. leaves with gradients)."""
+    source = stack.tensors() if tensors is None else tensors
+    return {k: t[index] for k, t in source.items()}
+
+
+def run(x: Tensor, stack: Stack, variant: str, final_norm: bool = False,
+        tensors: dict[str, Tensor] | None = None) -> list[Tensor]:
+    """Apply the stack's layers in the named variant (:data:`VARIANTS`) to ``x (B, n, d)``.
+
+    Returns the ``L + 1`` token matrices ``[x, x_1, …, x_L]``, each ``(B, n, d)``; with
+    ``final_norm`` the last one is followed by a LayerNorm (the pre-LN Transformer's final
+    LayerNorm, Xiong et al. 2020) and that normalised output is appended as well.
+    """
+    if variant not in _LAYERS:
+        raise ValueError(f"unknown variant {variant!r}; known: {', '.join(_LAYERS)}")
+    hidden = [x]
+    for index in range(stack.depth):
+        hidden.append(_LAYERS[variant](hidden[-1], layer_weights(stack, index, tensors), stack.eps))
+    if final_norm:
+        hidden.append(layer_norm(hidden[-1], stack.eps))
+    return hidden
+
+
+# --- D1: the residual followed exactly, beyond float64's round-off floor ------------------------
+def _scaled(function: Callable[[Tensor], Tensor], y: Tensor, t: Tensor) -> Tensor:
+    """``function(t·y)/t`` for ``function`` ∈ {expm1, log1p} (both ``x + O(x²)``): the exact
+    formula while ``t`` is representable, ``y`` itself once ``t·y`` is below 1e-150 (then the
+    dropped ``O(t·y)`` relative term is far below float64's precision). ``t`` broadcasts with ``y``."""
+    tiny = t < 1e-150
+    safe = torch.where(tiny, torch.ones_like(t), t)
+    return torch.where(tiny, y, function(safe * y) / safe)
+
+
+def collapse_recursion(x: Tensor, stack: Stack) -> Tensor:
+    r"""``log r_l`` (natural log of :func:`relative_residual`) of a pure self-attention stack
+    (:func:`self_attention`, no biases) for ``l = 0, …, L``: ``x (B, n, d)`` → ``(L + 1, B)``.
+
+    The tokens are split as :math:`X = \mathbf 1 m^\top + e^{s} \hat R` with :math:`\hat R`
+    centred (:math:`\mathbf 1^\top \hat R = 0`) and of unit norm. Per head, with
+    :math:`a_j = (m W_Q)(\hat r_j W_K)^\top/\sqrt{d_k}` and
+    :math:`\hat c_{ij} = (\hat r_i W_Q)(\hat r_j W_K)^\top/\sqrt{d_k}`, the scores are
+    :math:`e^{s} a_j + e^{2s} \hat c_{ij}` plus a term constant along each row (dropped: the softmax
+    ignores it). With :math:`p = \mathrm{softmax}(e^{s} a)`, the attention matrix is
+    :math:`P = \mathbf 1 p^\top + e^{2s}\hat E`,
+    :math:`\hat E_{ij} = p_j\, \mathrm{expm1}\bigl(e^{2s}(\hat c_{ij} - \hat\ell_i)\bigr)/e^{2s}`,
+    :math:`\hat\ell_i = \mathrm{log1p}\bigl(e^{2s}\sum_k p_k\,\mathrm{expm1}(e^{2s}\hat c_{ik})/e^{2s}\bigr)/e^{2s}`,
+    and since the rows of :math:`P` sum to 1,
+
+    .. math:: P X W_V = \mathbf 1\bigl(m W_V + e^{s} p \hat R W_V\bigr)^\top + e^{3s}\,\hat E \hat R W_V,
+
+    whose centred part :math:`e^{3s}(I - \tfrac1n \mathbf 1\mathbf 1^\top)\hat E \hat R W_V` is the new
+    residual — computed without subtracting nearly equal tokens, and with its scale kept as the
+    logarithm :math:`3s + \log\lVert\cdot\rVert`. Every step is exact algebra; the only
+    approximation is :func:`_scaled`'s, below float64's precision.
+    """
+    if stack.b_q is not None:
+        raise ValueError("collapse_recursion follows attention without biases (Stack.random(bias=False))")
+    mean = x.mean(dim=-2)                                             # (B, d)
+    centred = x - mean[:, None]                                       # (B, n, d)
+    s = torch.log(torch.linalg.matrix_norm(centred))                  # (B,)
+    r_hat = centred / torch.exp(s)[:, None, None]                     # (B, n, d), unit norm
+    n = x.shape[-2]
+    logs = []
+
+    def log_ratio(mean: Tensor, s: Tensor) -> Tensor:
+        # ‖X‖² = n‖m‖² + e^{2s} (R ⟂ 1 mᵀ)
+        return s - 0.5 * torch.logaddexp(math.log(n) + 2 * torch.log(torch.linalg.vector_norm(mean, dim=-1)), 2 * s)
+
+    logs.append(log_ratio(mean, s))
+    for index in range(stack.depth):
+        w = layer_weights(stack, index)
+        d_k = w["w_q"].shape[-1]
+        t = torch.exp(s)[:, None, None]                               # (B, 1, 1)
+        t2 = torch.exp(2 * s)[:, None, None, None]                    # (B, 1, 1, 1)
+        q_m = torch.einsum("bd,bhdk->bhk", mean, w["w_q"])            # (B, h, d_k)
+        q_r = torch.einsum("bnd,bhdk->bhnk", r_hat, w["w_q"])         # (B, h, n, d_k)
+        k_r = torch.einsum("bnd,bhdk->bhnk", r_hat, w["w_k"])         # (B, h, n, d_k)
+        v_m = torch.einsum("bd,bhdk->bhk", mean, w["w_v"])            # (B, h, d_v)
+        v_r = torch.einsum("bnd,bhdk->bhnk", r_hat, w["w_v"])         # (B, h, n, d_v)
+        a = torch.einsum("bhk,bhnk->bhn", q_m, k_r) / math.sqrt(d_k)  # (B, h, n): per key
+        c_hat = q_r @ k_r.transpose(-1, -2) / math.sqrt(d_k)          # (B, h, n, n)
+        p = torch.softmax(t * a, dim=-1)                              # (B, h, n)
+        e_c = _scaled(torch.expm1, c_hat, t2)                         # expm1(c)/e^{2s}
+        ell = _scaled(torch.log1p, (p[:, :, None, :] * e_c).sum(-1, keepdim=True), t2)   # (B, h, n, 1)
+        e_hat = p[:, :, None, :] * _scaled(torch.expm1, c_hat - ell, t2)                 # (B, h, n, n)
+        g = e_hat @ v_r                                               # (B, h, n, d_v): Ê R̂ W_V
+        head_mean = v_m + t * (p[:, :, None, :] @ v_r)[:, :, 0] + t * t2[..., 0] * g.mean(-2)   # (B, h, d_v)
+        head_res = g - g.mean(dim=-2, keepdim=True)                   # (I − J) Ê R̂ W_V
+        mean = (head_mean.flatten(-2)[:, None] @ w["w_o"])[:, 0]      # (B, 1, h·d_v) @ (B, h·d_v, d) -> (B, d)
+        residual = head_res.transpose(1, 2).flatten(-2) @ w["w_o"]    # (B, n, d)
+        norm = torch.linalg.matrix_norm(residual)                     # (B,)
+        s = 3 * s + torch.log(norm)
+        r_hat = residual / norm[:, None, None]
+        logs.append(log_ratio(mean, s))
+    return torch.stack(logs)
+
+
+# --- D2: per-layer gradient norms -----------------------------------------------------------------
+def layer_gradient_norms(x: Tensor, stack: Stack, variant: str, target: Tensor,
+                         final_norm: bool = False) -> Tensor:
+    r"""``‖∂ℓ/∂θ_l‖`` for every layer ``l`` and draw: the Euclidean norm of the gradient of the
+    loss :math:`\ell = \tfrac12 \lVert Y - T\rVert_F^2` (per draw; ``Y`` the stack's output, after
+    the final LayerNorm when ``final_norm``) with respect to all weight tensors of layer ``l``
+    together. ``x, target (B, n, d)`` → ``(L, B)``."""
+    leaves = {k: t.detach().clone().requires_grad_() for k, t in stack.tensors().items()}
+    output = run(x, stack, variant, final_norm=final_norm, tensors=leaves)[-1]      # (B, n, d)
+    loss = 0.5 * ((output - target) ** 2).sum()       # draws are independent: sum of their losses
+    grads = torch.autograd.grad(loss, list(leaves.values()))
+    # each gradient (L, B, …) -> squared norm per (layer, draw)
+    squares = sum(g.flatten(2).pow(2).sum(-1) for g in grads)
+    return squares.sqrt()
+
+
+# --- D3: end-to-end Jacobians ---------------------------------------------------------------------
+def jacobian(function: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
+    """The input–output Jacobian of a map batched over draws, ``(B, n, d)`` → ``(B, n, d)``, at
+    ``x``: ``(B, n·d, n·d)``, row = output coordinate, column = input coordinate (token-major).
+
+    Draw ``b``'s output depends on draw ``b``'s input only, so the Jacobian of the sum over draws
+    is the stack of the per-draw Jacobians (one vectorised
+    :func:`torch.autograd.functional.jacobian`)."""
+    b, n, d = x.shape
+    full = torch.autograd.functional.jacobian(lambda z: function(z).sum(0), x,
+                                              vectorize=True)     # (n, d, B, n, d)
+    return full.reshape(n * d, b, n * d).transpose(0, 1)                        # (B, n·d, n·d)
