@@ -358,16 +358,17 @@ class _Recorder:
         return self.check(name, passed, kind=kind, measured=m, digits=digits + 3,
                           held_to=f"{format_value(t, digits + 3)} ± {format_value(e, 2)}", **statistical)
 
-    def at_most(self, name: str, measured: Any, bound: Any, *, kind: str, digits: int = 3, **statistical: Any) -> bool:
-        """``measured ≤ bound`` (an error, a distance, a residual …)."""
-        m, b = float(_number(measured)), float(_number(bound))
+    def at_most(self, name: str, measured: Any, limit: Any, *, kind: str, digits: int = 3, **statistical: Any) -> bool:
+        """``measured ≤ limit`` (an error, a distance, a residual …). A statistical check passes
+        ``bound=`` (the bound's type) and ``failure_probability=``."""
+        m, b = float(_number(measured)), float(_number(limit))
         passed = not math.isnan(m) and m <= b
         return self.check(name, passed, kind=kind, measured=m, held_to=f"≤ {format_value(b, digits)}",
                           digits=digits, **statistical)
 
-    def at_least(self, name: str, measured: Any, bound: Any, *, kind: str, digits: int = 3, **statistical: Any) -> bool:
-        """``measured ≥ bound``."""
-        m, b = float(_number(measured)), float(_number(bound))
+    def at_least(self, name: str, measured: Any, limit: Any, *, kind: str, digits: int = 3, **statistical: Any) -> bool:
+        """``measured ≥ limit``."""
+        m, b = float(_number(measured)), float(_number(limit))
         passed = not math.isnan(m) and m >= b
         return self.check(name, passed, kind=kind, measured=m, held_to=f"≥ {format_value(b, digits)}",
                           digits=digits, **statistical)
