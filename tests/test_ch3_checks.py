@@ -147,7 +147,8 @@ def test_m6_scaled_linear_attention_is_caught(monkeypatch):
     assert "(b) ⟨k_i|q_m⟩ = δ_im: max |φ′_m − x_m W_V|" in failing(evidence), failing(evidence)
     symbolic = [c for c in evidence.checks if c.kind == claims.SYMBOLIC]
     assert symbolic and all(c.passed and c.bears_on == claims.COUNTEREXAMPLE for c in symbolic)
-    assert claims.decide(evidence.checks) == claims.FAILS
+    # the symbolic counterexamples still stand, but broken counterexample checks move the verdict
+    assert claims.decide(evidence.checks) == claims.NOT_ESTABLISHED
 
 
 def test_m7_softmax_over_the_wrong_axis_is_caught(monkeypatch):
