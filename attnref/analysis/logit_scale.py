@@ -26,7 +26,6 @@ DISTRIBUTIONS = ("gaussian", "uniform", "rademacher")
 STUDENT_T3 = "student-t3"
 
 #: How far a row of weights may be from summing to 1 before it is rejected.
-_ROW_SUM_TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-5}
 
 
 def standardised_components(distribution: str, *shape: int, generator: torch.Generator,
@@ -66,27 +65,13 @@ def standardised_components(distribution: str, *shape: int, generator: torch.Gen
     return (2 * bits - 1).to(dtype)                                     # −1 or +1
 
 
-def _weight_rows(weights: Tensor) -> Tensor:
-    check.floating("weights", weights, min_dim=1)
-    if (weights < 0).any():
-        raise ValueError(f"weights of shape {check.shape_of(weights)} have negative entries; "
-                         "attention weights are probabilities")
-    sums = weights.sum(dim=-1)                                          # (...,)
-    tolerance = _ROW_SUM_TOLERANCE.get(weights.dtype, 1e-3)
-    masked = sums == 0                                                  # a fully masked query: all zeros
-    if not ((sums - 1).abs() <= tolerance).logical_or(masked).all():
-        raise ValueError(f"every row of weights (shape {check.shape_of(weights)}) must sum to 1 "
-                         "(or be all zero, a fully masked query)")
-    return weights
-
-
 def attention_entropy(weights: Tensor) -> Tensor:
     r"""Entropy of each row of attention weights, in nats: :math:`H(p) = -\sum_j p_j \log p_j`.
 
     ``weights (..., m)`` → ``(...)``, with :math:`0 \log 0 = 0`. :math:`H = \log m` for uniform
     weights and :math:`H = 0` for a one-hot (saturated) row.
     """
-    _weight_rows(weights)
+    check.weight_rows("weights", weights)
     logs = torch.where(weights > 0, weights.log(), torch.zeros_like(weights))   # log p_j, 0 where p_j = 0
     return -(weights * logs).sum(dim=-1)                                        # −Σ_j p_j log p_j
 
@@ -99,7 +84,7 @@ def softmax_jacobian(weights: Tensor) -> Tensor:
     for a row vector ``p``. ``weights (..., m)`` → ``(..., m, m)``. :math:`J \to 0` as ``p``
     becomes one-hot: a saturated softmax passes no gradient to its logits.
     """
-    _weight_rows(weights)
+    check.weight_rows("weights", weights)
     diagonal = torch.diag_embed(weights)                          # diag(p): (..., m, m)
     outer = weights[..., :, None] * weights[..., None, :]         # pᵀ p: (..., m, 1) * (..., 1, m) -> (..., m, m)
     return diagonal - outer
@@ -185,7 +170,7 @@ def softmax_jacobian_norm(weights: Tensor) -> Tensor:
 
     ``weights (..., m)`` → ``(...)``; equals ``softmax_jacobian(weights).norm(dim=(-2, -1))``.
     """
-    _weight_rows(weights)
+    check.weight_rows("weights", weights)
     second = (weights ** 2).sum(dim=-1)                     # Σ p_j²
     third = (weights ** 3).sum(dim=-1)                      # Σ p_j³
     return (second - 2 * third + second ** 2).clamp(min=0).sqrt()

@@ -40,7 +40,6 @@ import torch
 
 from attnref import _validate as check
 from attnref.analysis import stats
-from attnref.analysis.logit_scale import _weight_rows
 
 Tensor = torch.Tensor
 
@@ -199,8 +198,8 @@ def kl_rows(p: Tensor, r: Tensor) -> Tensor:
     r"""Kullback–Leibler divergence of every row, :math:`\sum_j p_j \log(p_j / r_j)` (terms with
     :math:`p_j = 0` count 0); ``p, r (..., m)`` rows of probabilities → ``(...)``. A key with
     ``p > 0`` and ``r = 0`` raises ``ValueError`` (infinite KL)."""
-    _weight_rows(p)
-    _weight_rows(r)
+    check.weight_rows("weights", p)
+    check.weight_rows("weights", r)
     check.same_dtype(p=p, r=r)
     if p.shape != r.shape:
         raise ValueError(f"p has shape {check.shape_of(p)} and r has shape {check.shape_of(r)}; they must match")
@@ -212,7 +211,7 @@ def kl_rows(p: Tensor, r: Tensor) -> Tensor:
 
 def entropy_rows(p: Tensor) -> Tensor:
     r"""The entropy of every row of probabilities, :math:`-\sum_j p_j \log p_j` (:math:`0 \log 0 = 0`); ``(...)``."""
-    _weight_rows(p)
+    check.weight_rows("weights", p)
     return -(p * torch.where(p > 0, p, torch.ones_like(p)).log()).sum(-1)
 
 
@@ -231,7 +230,7 @@ def cross_entropy_rows(p: Tensor, rows: Rows) -> Tensor:
 
 def kl_to_logits(p: Tensor, rows: Rows) -> Tensor:
     r"""The KL divergence of every row from ``p (h, R, M)`` to the softmax of ``rows``; ``(h, R)``."""
-    _weight_rows(p)
+    check.weight_rows("weights", p)
     if p.shape == rows.values.shape and (p.masked_select(~rows.mask) != 0).any():
         raise ValueError("p puts weight on a masked key")
     return cross_entropy_rows(p, rows) - entropy_rows(p)
@@ -239,8 +238,8 @@ def kl_to_logits(p: Tensor, rows: Rows) -> Tensor:
 
 def total_variation_rows(p: Tensor, r: Tensor) -> Tensor:
     r"""Total-variation distance of every row, :math:`\tfrac12 \sum_j |p_j - r_j|` ∈ [0, 1]; ``(...)``."""
-    _weight_rows(p)
-    _weight_rows(r)
+    check.weight_rows("weights", p)
+    check.weight_rows("weights", r)
     check.same_dtype(p=p, r=r)
     if p.shape != r.shape:
         raise ValueError(f"p has shape {check.shape_of(p)} and r has shape {check.shape_of(r)}; they must match")
@@ -263,7 +262,7 @@ def fit_inverse_temperature(target: Tensor, rows: Rows, per_head: bool = False, 
     ``bounds`` returns the nearer bound. ``per_head``: one :math:`\tau` per head, ``(h,)``;
     else one for all, ``()``. ``start``: the first guess (a good one saves iterations).
     """
-    _weight_rows(target)
+    check.weight_rows("weights", target)
     if target.shape != rows.values.shape:
         raise ValueError(f"target {check.shape_of(target)} and the rows {check.shape_of(rows.values)} must match")
     check.same_dtype(target=target, logits=rows.values)
