@@ -1,0 +1,77 @@
+r"""Reading ``data/experiments/*.json`` and the paired comparisons of chapter 8.
+
+:func:`load` gives a one-line error naming ``make experiments`` when a file is missing, unreadable
+or was written by other training code than the present one (stale). :func:`paired_t` is the
+interval of the decision rule: a two-sided t interval for the mean of paired seed differences.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+from attnref.analysis.stats import Interval
+from attnref.training.train import training_code_hash
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "data" / "experiments"
+
+
+class StaleData(RuntimeError):
+    """A data file that is missing, unreadable or older than the training code."""
+
+
+def load(experiment: str, directory: Path | str | None = None, check_hash: bool = True) -> dict:
+    """The stored results of one experiment (``"E1"`` …)."""
+    # ATTNREF_EXPERIMENTS points the notebook at another directory (a smoke test's output)
+    path = Path(directory or os.environ.get("ATTNREF_EXPERIMENTS") or DATA) / f"{experiment.lower()}.json"
+    shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    if not path.exists():
+        raise StaleData(f"{shown} is missing: run `make experiments` (about 20 minutes) to train and write it")
+    try:
+        data = json.loads(path.read_text())
+        stored = data["training_code_hash"]
+        data["settings"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise StaleData(f"{shown} is unreadable ({type(error).__name__}): run `make experiments` "
+                        f"to write it again") from None
+    if check_hash and stored != training_code_hash():
+        raise StaleData(f"{shown} is stale: written by training code {stored}, the code is now "
+                        f"{training_code_hash()}: run `make experiments`")
+    return data
+
+
+def setting(data: dict, variant: str, group: str | None = None) -> dict:
+    """The stored setting of ``variant`` (in ``group``, when the experiment has several)."""
+    found = [s for s in data["settings"] if s["variant"] == variant and (group is None or s["group"] == group)]
+    if len(found) != 1:
+        raise KeyError(f"{data['experiment']}: {len(found)} settings named {variant!r} in group {group!r}")
+    return found[0]
+
+
+def accuracies(entry: dict, n: int | None = None) -> list[float]:
+    """Held-out accuracy of every seed's run, in seed order (at ``n`` pairs; default: training n)."""
+    key = str(entry["n"] if n is None else n)
+    return [run["eval"][key]["accuracy"] for run in entry["runs"]]
+
+
+def t_quantile(level: float, df: int) -> float:
+    """The two-sided Student t quantile ``t_{(1 + level)/2, df}``."""
+    from scipy.stats import t
+
+    return float(t.ppf(0.5 + level / 2, df))
+
+
+def paired_t(differences, level: float = 0.95) -> Interval:
+    """Two-sided ``level`` t interval for the mean of paired differences (exact if the seed
+    differences are i.i.d. normal; named "t (asymptotic)" because that is assumed, not shown)."""
+    values = [float(v) for v in differences]
+    k = len(values)
+    if k < 2:
+        raise ValueError(f"a paired t interval needs at least 2 differences, got {k}")
+    mean = sum(values) / k
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (k - 1))
+    half = t_quantile(level, k - 1) * sd / math.sqrt(k)
+    return Interval(mean, mean - half, mean + half, "t (asymptotic)", 1 - level, k)

@@ -1,0 +1,61 @@
+"""The stored training results (data/experiments/e*.json, written by `make experiments`) still match
+the code: the training code's hash equals the one stored with the data, and every variant's seed-0
+run, re-run for its first steps (CPU, one thread, float32), reproduces the stored losses.
+Chapter 8 reads these files; the full training is not repeated here.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from attnref.training import experiments as ex
+from attnref.training import results
+from attnref.training.train import train, training_code_hash
+
+STEPS = 3
+CASES = [(e, s) for e, settings in ex.settings().items() for s in settings]
+
+
+def _stored(experiment):
+    try:
+        return results.load(experiment)
+    except results.StaleData as error:
+        pytest.fail(str(error), pytrace=False)
+
+
+@pytest.mark.parametrize("experiment", sorted(ex.settings()))
+def test_data_file_was_made_by_this_training_code(experiment):
+    data = _stored(experiment)
+    assert data["training_code_hash"] == training_code_hash()
+    assert data["seeds"] == list(ex.SEEDS) and data["steps"] == ex.STEPS
+    assert [(s["variant"], s["group"]) for s in data["settings"]] == \
+        [(s.variant, s.group) for s in ex.settings()[experiment]], "run `make experiments`"
+
+
+@pytest.mark.parametrize("experiment,setting", CASES, ids=[f"{e}-{s.group}-{s.variant}" for e, s in CASES])
+def test_first_steps_reproduce_the_stored_losses(experiment, setting):
+    torch.set_num_threads(1)
+    entry = results.setting(_stored(experiment), setting.variant, setting.group)
+    stored = entry["runs"][0]
+    run = setting.run(seed=0, lr=entry["lr"])
+    assert json.loads(json.dumps(run.config())) == stored["config"], \
+        f"{experiment} {setting.variant}: the configuration changed since the data was made: run `make experiments`"
+    again = train(run, steps=STEPS)["first_losses"]
+    for step, (new, old) in enumerate(zip(again, stored["first_losses"][:STEPS])):
+        assert new == pytest.approx(old, rel=1e-5, abs=1e-6), (
+            f"{experiment} {setting.group} {setting.variant}: step {step} loss {new!r} ≠ stored {old!r}: "
+            f"run `make experiments`")
+
+
+def test_missing_or_stale_data_names_make_experiments(tmp_path):
+    with pytest.raises(results.StaleData, match=r"missing: run `make experiments`"):
+        results.load("E1", tmp_path)
+    (tmp_path / "e1.json").write_text("{not json")
+    with pytest.raises(results.StaleData, match=r"unreadable .*run `make experiments`"):
+        results.load("E1", tmp_path)
+    (tmp_path / "e1.json").write_text(json.dumps({"training_code_hash": "0" * 16, "settings": []}))
+    with pytest.raises(results.StaleData, match=r"stale: .* run `make experiments`"):
+        results.load("E1", tmp_path)

@@ -1,0 +1,106 @@
+"""attnref.training: the recall task is seeded and needs attention; the models have the stated
+shapes and parameter counts; training is deterministic; the paired t interval is scipy's."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from attnref.training import results
+from attnref.training.models import RecallModel, Spec
+from attnref.training.tasks import RecallTask, generator
+from attnref.training.train import Run, train
+
+TASK = RecallTask(keys=64, values=16)
+
+
+def test_task_is_seeded_and_well_posed():
+    a, b = (TASK.batch(256, 8, generator(3)) for _ in range(2))
+    assert all(torch.equal(x, y) for x, y in zip((a.keys, a.values, a.query, a.answer),
+                                                 (b.keys, b.values, b.query, b.answer)))
+    c = TASK.batch(256, 8, generator(4))
+    assert not torch.equal(a.keys, c.keys)
+    assert all(len(set(row.tolist())) == 8 for row in a.keys)            # distinct keys
+    hit = a.keys == a.query[:, None]
+    assert (hit.sum(1) == 1).all()                                        # the query is one of them
+    assert torch.equal(a.values[hit], a.answer)
+    with pytest.raises(ValueError, match="n = 65"):
+        TASK.batch(4, 65, generator(0))
+
+
+def test_answer_is_independent_of_the_query_token():
+    # the best guess from the query token alone is right 1/16 of the time: the task needs context
+    data = TASK.batch(20000, 8, generator(7))
+    counts = torch.zeros(TASK.keys, TASK.values)
+    counts.index_put_((data.query, data.answer), torch.ones(len(data)), accumulate=True)
+    best = counts.max(1).values.sum() / len(data)
+    assert best < TASK.chance + 0.05
+
+
+def test_a_model_without_attention_cannot_beat_chance():
+    spec = Spec(body="token_mlp")
+    model = RecallModel(spec, TASK.keys, TASK.values, seed=0)
+    data = TASK.batch(64, 8, generator(1))
+    other = TASK.batch(64, 8, generator(2))
+    # its output depends on the query token only: other pairs, the same logits
+    same = model(other.keys, other.values, data.query)
+    assert torch.equal(model(data.keys, data.values, data.query), same)
+    run = Run(spec, TASK, steps=60, lr=1e-2, seed=0, eval_ns=(8,), eval_size=4096)
+    accuracy = train(run)["eval"]["8"]["accuracy"]
+    assert accuracy < TASK.chance + 0.04
+
+
+@pytest.mark.parametrize("spec", [Spec(), Spec(qkv_activation="gelu"), Spec(placement="post_relu", layers=2),
+                                  Spec(scores="cosine"), Spec(scores="cosine_learned"), Spec(h=4, scores="fused"),
+                                  Spec(body="token_mlp"), Spec(body="flat_mlp")],
+                         ids=lambda s: f"{s.body}-{s.placement}-{s.qkv_activation}-{s.scores}-{s.layers}")
+def test_shapes(spec):
+    model = RecallModel(spec, TASK.keys, TASK.values, seed=0)
+    for n in (8, 16):
+        data = TASK.batch(5, n, generator(0))
+        assert model(data.keys, data.values, data.query).shape == (5, TASK.values)
+
+
+def test_parameter_counts():
+    d, h = 32, 4
+    d_k = d // h
+    factored = RecallModel(Spec(d=d, h=h), TASK.keys, TASK.values, seed=0)
+    fused = RecallModel(Spec(d=d, h=h, scores="fused"), TASK.keys, TASK.values, seed=0)
+    learned = RecallModel(Spec(d=d, h=h, scores="cosine_learned"), TASK.keys, TASK.values, seed=0)
+    assert factored.attention_parameter_count() == 2 * h * d * d_k + 2 * h * d_k
+    assert fused.attention_parameter_count() == h * d * d
+    # fused: W_Q, W_K and their biases are replaced by the d × d matrices
+    assert fused.parameter_count() - factored.parameter_count() == h * d * d - (2 * h * d * d_k + 2 * h * d_k)
+    assert learned.parameter_count() - factored.parameter_count() == h
+    spectra = factored.fused_spectra()
+    assert len(spectra) == h and all(sum(s > 1e-5 * head[0] for s in head) == d_k for head in spectra)
+
+
+def test_variants_share_initial_weights():
+    a = RecallModel(Spec(), TASK.keys, TASK.values, seed=5)
+    b = RecallModel(Spec(scores="cosine_learned"), TASK.keys, TASK.values, seed=5)
+    pa, pb = dict(a.named_parameters()), dict(b.named_parameters())
+    shared = set(pa) & set(pb)
+    assert len(shared) == len(pa) and all(torch.equal(pa[k], pb[k]) for k in shared)
+
+
+def test_training_is_deterministic_and_learns():
+    run = Run(Spec(), TASK, steps=6, lr=1e-2, seed=1)
+    first, second = train(run), train(run)
+    assert first["first_losses"] == second["first_losses"]
+    assert first["eval"] == second["eval"]
+    assert abs(first["first_losses"][0] - math.log(TASK.values)) < 1.0       # starts near chance
+    other = train(Run(Spec(), TASK, steps=6, lr=1e-2, seed=2))
+    assert other["first_losses"] != first["first_losses"]
+
+
+def test_paired_t_matches_scipy():
+    from scipy import stats
+
+    diffs = [0.012, -0.004, 0.02, 0.007, 0.001]
+    ours = results.paired_t(diffs, 0.95)
+    ref = stats.ttest_1samp(diffs, 0.0).confidence_interval(0.95)
+    assert ours.low == pytest.approx(ref.low, abs=1e-12) and ours.high == pytest.approx(ref.high, abs=1e-12)
+    assert ours.bound == "t (asymptotic)" and ours.failure_probability == pytest.approx(0.05)
