@@ -164,7 +164,7 @@ def test_make_stops_at_the_first_line(tmp_path, target):
     (newer than its requirements) and PYTHON=false, so make can never re-install anything.
     """
     repository = make_repository(tmp_path, '{"cells": [}')
-    for name in ("Makefile", "requirements.lock", "pyproject.toml"):
+    for name in ("Makefile", "requirements.lock", "requirements-nodeps.txt", "pyproject.toml"):
         shutil.copy2(ROOT / name, repository / name)        # copy2 keeps the (older) times
     (repository / "tools").mkdir()
     shutil.copy2(PREFLIGHT, repository / "tools" / "preflight.py")
