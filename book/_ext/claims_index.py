@@ -320,6 +320,13 @@ def inline(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
+def plain_title(title: str) -> str:
+    """A MyST title with inline math as plain text for a link's title (roles take no math):
+    ``$\\sqrt{d_k}$`` → ``√dₖ``."""
+    text = title.replace("\\sqrt{d_k}", "√dₖ").replace("d_k", "dₖ")
+    return re.sub(r"[$]", "", text)
+
+
 def _role_text(text: str) -> str:
     """The title of a cross-reference role is plain text: no backticks or angle brackets."""
     return re.sub(r"[`<>]", "", " ".join(str(text).split()))
@@ -451,7 +458,7 @@ def render_index(book: Book) -> str:
         if not ids:
             continue
         written = book.scan_of(chapter.notebook) is not None
-        link = _doc(re.sub(r'[$]', '', chapter.title), chapter.notebook) if written else "not written yet"
+        link = _doc(plain_title(chapter.title), chapter.notebook) if written else "not written yet"
         lines += [f"## {number} · {chapter.title}", "", f"Chapter: {link}. {escape(_counts(book, ids))}", ""]
         rows = [_claim_row(book, cid, models) for cid in ids]
         table = _table(header, rows, ["l", "l", "l", "l", *("l" for _ in models)])
@@ -468,7 +475,7 @@ def render_rechecks(book: Book) -> list[str]:
     if not real:
         return lines + [f"Chapter: {_doc(chapter.title, chapter.notebook)}. No claim has been rechecked on a "
                         "trained model yet.", ""]
-    lines += [f"Chapter: {_doc(re.sub(r'[$]', '', chapter.title), chapter.notebook)}. The claims rechecked on "
+    lines += [f"Chapter: {_doc(plain_title(chapter.title), chapter.notebook)}. The claims rechecked on "
               "the weights and activations of trained models, with the verdict of their own chapter beside it.", ""]
     rows = []
     for v in real:
@@ -543,33 +550,13 @@ def _status_badge(status) -> str:
     return f"{{{kind}}}`{status}`"
 
 
-def _test_time_breakdown(data: dict) -> list[str]:
-    """Where `make test` spends its time, and what the notebooks alone imply for the floor target."""
-    lines: list[str] = []
-    breakdown = data.get("test_breakdown") or {}
-    if breakdown:
-        total = sum(float(v) for v in breakdown.values()) or 1.0
-        rows = [[escape(name), f"{float(seconds):.1f}", f"{100 * float(seconds) / total:.0f} %"]
-                for name, seconds in breakdown.items()]
-        lines += ["", f"What the {int(data.get('cores') or 1)} test workers of `make test` spent their time on "
-                      "(seconds of both workers together; setup, run and teardown of each test):", ""]
-        lines += _table(["Part of `make test`", "Worker time (s)", "Share"], rows, ["l", "r", "r"])
-    bound, floor, startup = data.get("notebook_bound_seconds"), data.get("floor_seconds"), data.get("startup_seconds")
-    if bound is not None and floor:
-        lines += ["", (f"Strict nbval executes every notebook once, so `make test` takes at least the notebooks' "
-                       f"total time shared by the cores, {_seconds(bound)}: {float(bound) / float(floor):.1f} × the "
-                       f"start-up floor on its own, before the second seed, the browser test and the unit tests. "
-                       f"A test time of 2 × the floor would need every notebook's own work to take no longer, on "
-                       f"average, than its start-up ({_seconds(startup)}), and nothing else in `make test`.")]
-    return lines
-
-
 def render_report(root: Path, data: dict | None, why: str | None) -> str:
     """The execution report: a row per notebook, then the totals ``make bench`` measured.
 
     Required fields: ``notebooks`` (name, seconds, status); the others (``test_seconds``,
-    ``build_seconds``, ``floor_seconds``, ``generated``, and what ``tools/bench.py`` adds:
-    start-up times, cores, load average, statuses, targets) are shown when present.
+    ``build_seconds``, ``generated``, and what ``tools/bench.py`` adds: start-up times, cores,
+    load average, statuses) are shown when present. The developers' targets (the start-up floor,
+    the worker time by kind) are in ``docs/DEVELOPING.md``, not on the reader's page.
     """
     if data is None:
         return "\n".join([
@@ -583,7 +570,7 @@ def render_report(root: Path, data: dict | None, why: str | None) -> str:
         name = str(row["name"])
         notebook = f"notebooks/{name}"
         chapter = chapters.get(notebook)
-        title = f"{chapter.number} · {chapter.title}" if chapter else name
+        title = f"{chapter.number} · {plain_title(chapter.title)}" if chapter else name
         link = _doc(title, notebook) if (root / f"{notebook}.ipynb").exists() else escape(title)
         runs = [float(r) for r in row.get("runs") or []]
         spread = f" ({min(runs):.1f}–{max(runs):.1f})" if len(runs) > 1 else ""
@@ -600,18 +587,10 @@ def render_report(root: Path, data: dict | None, why: str | None) -> str:
     test = f"`make test`: {_seconds(data.get('test_seconds'))}"
     if data.get("test_status") not in (None, "ok"):
         test += f" ({escape(data['test_status'])})"
-    if data.get("floor_seconds") is not None:
-        test += (f"; its floor — every notebook's start-up, shared by the cores — is "
-                 f"{_seconds(data['floor_seconds'])}")
     build = f"`make book`: {_seconds(data.get('build_seconds'))}"
     if data.get("build_status") not in (None, "ok"):
         build += f" ({escape(data['build_status'])})"
     lines += ["", f"{test}. {build}."]
-    lines += _test_time_breakdown(data)
-    targets = data.get("targets") or {}
-    if targets:
-        marks = {True: "met", False: "**missed**", None: "not measured"}
-        lines += ["", "Targets: " + "; ".join(f"{escape(k)}: {marks.get(v, escape(v))}" for k, v in targets.items()) + "."]
     where = f"Measured on {escape(data.get('generated', 'an unknown date'))}"
     if data.get("cores"):
         where += f" on {int(data['cores'])} cores"
