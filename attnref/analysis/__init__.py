@@ -11,5 +11,7 @@
 ``trained``      measurements on a trained model's tensors (any model): spectra, within-row
                  variance, temperature fits, bootstrap intervals over sentences
 ``texts``        the sentences the trained models read (written for the book)
+``depth``        chapter 7 at initialisation: relative residual of stacks, per-layer gradient
+                 norms, input–output Jacobians
 ``decoder_measure``  what ``make measure`` stores about the trained decoder, and its drift check
 """

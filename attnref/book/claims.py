@@ -155,8 +155,8 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
     _C("H8", "rope-no-single-w", 5, "With rotary positions there is no single fused W per head: the scores use W_Q R_{j−i} W_Kᵀ, depend on positions only through j − i, and the gauge freedom shrinks to matrices commuting with the rotations.", HOLDS),
     # 7 · Depth
     _C("D1", "rank-collapse", 7, "A stack of self-attention layers drives the tokens to one shared vector (rank collapse), doubly exponentially in depth.", CONDITIONS),
-    _C("D2", "pre-ln-identity-path", 7, "The pre-LN block x + F(LN(x)) is the pre-activation ResNet: at initialisation its per-layer gradients are nearly uniform and shrink like 1/√L, while post-LN's grow toward the output.", HOLDS),
-    _C("D3", "relu-after-residual", 7, "An activation after the residual sum, ReLU(x + F(x)), removes the identity path: the input–output Jacobian loses directions and the tokens drift together with depth.", HOLDS),
+    _C("D2", "pre-ln-identity-path", 7, "The pre-LN block x + F(LN(x)) is the pre-activation ResNet: at initialisation its last layer's gradient shrinks like 1/√L with depth L and its per-layer gradients vary far less than post-LN's, which grow toward the output.", HOLDS),
+    _C("D3", "relu-after-residual", 7, "An activation after the residual sum, ReLU(x + F(x)), removes the identity path: the input–output Jacobian loses directions with depth (x + F(x) keeps full rank), and the tokens drift together faster.", HOLDS),
     # 8 · Training experiments
     _C("E1", "activation-after-projections", 8, "A nonlinearity after the Q, K, V projections adds much-needed expressiveness.", FAILS),
     _C("E2", "activation-after-residual", 8, "An activation after Add & Norm, as in ResNets, would help a Transformer train.", FAILS),
