@@ -104,3 +104,11 @@ def test_paired_t_matches_scipy():
     ref = stats.ttest_1samp(diffs, 0.0).confidence_interval(0.95)
     assert ours.low == pytest.approx(ref.low, abs=1e-12) and ours.high == pytest.approx(ref.high, abs=1e-12)
     assert ours.bound == "t (asymptotic)" and ours.failure_probability == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize("df", [1, 2, 4, 9, 30])
+@pytest.mark.parametrize("level", [0.9, 0.95, 0.99])
+def test_t_quantile_matches_scipy(df, level):
+    from scipy import stats
+
+    assert results.t_quantile(level, df) == pytest.approx(stats.t.ppf(0.5 + level / 2, df), rel=1e-10)
