@@ -1,0 +1,100 @@
+"""Chapter 8's checks can fail: for every claim E1–E5, one plausible bug injected into the
+notebook's own analysis code moves the claim's verdict away from the expected one, and the check
+that catches it is named.
+
+Each test runs the set-up cells and the code cells of one claim section of
+``notebooks/08-training.ipynb`` in this process, on the stored data of ``make experiments``
+(plotting cells and the verdict cell are skipped; ``glue`` and ``display`` are no-ops), with one
+mutation — a replacement of an exact piece of source text (the test fails, naming the text, if
+the notebook was reworded) — and decides the verdict from the recorded evidence with
+``claims.decide``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from attnref.book import claims
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK = ROOT / "notebooks" / "08-training.ipynb"
+
+
+def sections() -> tuple[str, dict[str, list[str]]]:
+    cells = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+    setup, current, found = [], None, {}
+    for cell in cells:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            for line in source.splitlines():
+                if line.startswith("(claim-e") and line.endswith(")="):
+                    current = line[len("(claim-"):-2].upper()
+                    found[current] = []
+            continue
+        tags = cell.get("metadata", {}).get("tags", [])
+        if current is None:
+            setup.append(source)
+        elif "plotting.show" not in source and "remove-cell" not in tags:
+            found[current].append(source)
+    assert sorted(found) == [f"E{i}" for i in range(1, 6)], sorted(found)
+    return "\n\n".join(setup), found
+
+
+def run_section(claim_id: str, replace: tuple[str, str] | None = None):
+    setup, found = sections()
+    setup = setup.replace("from myst_nb import glue", "glue = lambda *a, **k: None")
+    setup = setup.replace("from IPython.display import Markdown, display",
+                          "Markdown = display = lambda *a, **k: None")
+    ns: dict = {}
+    exec(compile(setup, "<setup>", "exec"), ns)
+    source = "\n\n".join(found[claim_id])
+    if replace is not None:
+        original, mutant = replace
+        text = setup if original in setup and original not in source else source
+        assert original in text, f"{claim_id}: the text to mutate is no longer in the notebook: {original!r}"
+        if text is setup:
+            exec(compile(setup.replace(original, mutant), "<setup mutant>", "exec"), ns)
+        else:
+            source = source.replace(original, mutant)
+    exec(compile(source, f"<{claim_id}>", "exec"), ns)
+    evidence = ns[claim_id.lower()]
+    return claims.decide(evidence.checks), evidence.checks
+
+
+@pytest.mark.parametrize("claim_id", [f"E{i}" for i in range(1, 6)])
+def test_the_notebook_gives_the_expected_verdict(claim_id):
+    verdict, _ = run_section(claim_id)
+    assert verdict == claims.expected_verdict(claim_id)
+
+
+MUTATIONS = {
+    # E1: the counterexample's threshold with the wrong sign (no gain read as "worse by δ")
+    "E1": (('"high", "<", DELTA)\ntable("E1"', '"high", "<", -DELTA)\ntable("E1"'),
+           "largest gain of σ ∈ {ReLU, GELU} over identity: 95 % t upper end"),
+    # E2: the variant names mixed up: pre-LN compared with post-LN in place of the ReLU variant
+    "E2": (('compare("E2", "post_relu", "post"', 'compare("E2", "pre", "post"'),
+           "largest gain of a ReLU after Add & Norm over post-LN, depths 2 and 4: 95 % t upper end"),
+    # E3: chance computed from the number of keys instead of the number of values
+    "E3": (('chance = 1 / data["E3"]["task"]["values"]', 'chance = 1 / data["E3"]["task"]["keys"]'),
+           "per-token MLP accuracy − chance (1/16), n = 8: 95 % t upper end"),
+    # E4: the learned-temperature comparison reads the fixed-scale runs (a variant-name slip)
+    "E4": (('compare("E4", "cosine_learned", "dot"', 'compare("E4", "cosine", "dot"'),
+           "smallest cosine (learned β) − dot over n ∈ {4, 16, 32}: 95 % t lower end"),
+    # E5: the smallest difference that counts in the wrong unit (0.3 points instead of 3)
+    "E5": (("DELTA, LEVEL = 0.03, 0.95", "DELTA, LEVEL = 0.003, 0.95"),
+           "fused W − factored W_Q W_Kᵀ, n = 8: 95 % t upper end"),
+}
+
+
+@pytest.mark.parametrize("claim_id", sorted(MUTATIONS))
+def test_a_plausible_bug_moves_the_verdict_and_a_named_check_catches_it(claim_id):
+    replace, catching = MUTATIONS[claim_id]
+    verdict, checks = run_section(claim_id, replace)
+    assert verdict != claims.expected_verdict(claim_id), f"{claim_id}: the mutant kept the verdict {verdict}"
+    changed = {c.name: c.passed for c in checks}
+    _, original = run_section(claim_id)
+    flipped = [c.name for c in original if changed.get(c.name) is not None and changed[c.name] != c.passed]
+    assert catching in flipped, f"{claim_id}: checks that changed: {flipped}"
