@@ -35,7 +35,7 @@ DETERMINISM_LOG ?= /tmp/attention-claims-determinism.log
 
 help:
 	@echo "make book | make pdf (the PDF edition) | make bundle (notebooks + wheel + lock, for download) | make test | make test-fast (no notebooks) | make execute (refresh stored outputs) | make clean"
-	@echo "make seeds [SEEDS=1,...,20] | make determinism [N=10] | make bench (timings -> book/_data/report.json)"
+	@echo "make seeds [SEEDS=1,...,20] | make determinism [N=10] | make bench (timings -> book/_data/report.json) | make experiments (chapter 8 training runs, about 15 min)"
 
 $(STAMP): requirements.lock requirements-nodeps.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "attention-claims needs Python >= 3.11, found " + sys.version.split()[0])'
