@@ -35,7 +35,7 @@ DETERMINISM_LOG ?= /tmp/attention-claims-determinism.log
 
 help:
 	@echo "make book | make pdf (the PDF edition) | make bundle (notebooks + wheel + lock, for download) | make test | make test-fast (no notebooks) | make execute (refresh stored outputs) | make clean"
-	@echo "make seeds [SEEDS=1,...,20] | make determinism [N=10] | make bench (timings -> book/_data/report.json) | make experiments (chapter 8 training runs, about 15 min)"
+	@echo "make seeds [SEEDS=1,...,20] | make determinism [N=10] | make bench (timings -> book/_data/report.json) | make experiments (chapter 8 training runs, about 7 min)"
 
 $(STAMP): requirements.lock requirements-nodeps.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "attention-claims needs Python >= 3.11, found " + sys.version.split()[0])'
@@ -102,7 +102,7 @@ bench: $(STAMP) preflight
 measure: $(STAMP)
 	$(RUN) $(BIN)/python tools/measure_decoder.py
 
-# Chapter 8's training experiments (E1–E5), once (about 20 minutes on 2 cores): data/experiments/e*.json.
+# Chapter 8's training experiments (E1–E5), once (about 7 minutes on 2 idle cores, 15 under load): data/experiments/e*.json.
 # The notebook reads them; make test re-runs every variant's first steps and fails if the code changed since.
 experiments: $(STAMP)
 	$(RUN) $(BIN)/python tools/run_experiments.py --jobs $(JOBS)

@@ -29,7 +29,7 @@ def load(experiment: str, directory: Path | str | None = None, check_hash: bool 
     path = Path(directory or os.environ.get("ATTNREF_EXPERIMENTS") or DATA) / f"{experiment.lower()}.json"
     shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     if not path.exists():
-        raise StaleData(f"{shown} is missing: run `make experiments` (about 20 minutes) to train and write it")
+        raise StaleData(f"{shown} is missing: run `make experiments` (about 7 minutes on 2 cores) to train and write it")
     try:
         data = json.loads(path.read_text())
         stored = data["training_code_hash"]
