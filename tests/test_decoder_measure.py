@@ -76,7 +76,7 @@ def test_missing_or_stale_data_names_make_measure(tmp_path):
     (tmp_path / dm.DATA).parent.mkdir(parents=True)
     for suffix in (".npz", ".json"):
         shutil.copy((ROOT / dm.DATA).with_suffix(suffix), (tmp_path / dm.DATA).with_suffix(suffix))
-    dm.load(tmp_path)                                         # same code: loads
+    dm.load(tmp_path, sources=tmp_path)                       # same code: loads
     (tmp_path / dm.SOURCES[0]).write_text((ROOT / dm.SOURCES[0]).read_text() + "\n# changed\n")
     with pytest.raises(dm.StaleMeasurements, match=r"measured with other code .* run `make measure`"):
-        dm.load(tmp_path)
+        dm.load(tmp_path, sources=tmp_path)

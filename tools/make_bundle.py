@@ -5,6 +5,8 @@
 The zip holds one folder, ``attention-claims/``, with
 
 * ``notebooks/*.ipynb`` — every chapter, with its stored outputs;
+* ``data/`` — the stored decoder measurements (``make measure``) and training results
+  (``make experiments``) that chapters 6b and 8 read;
 * ``attnref-<version>-py3-none-any.whl`` — the reference package as a wheel
   (``pip wheel --no-deps .``, built from this checkout, offline);
 * ``requirements.lock`` — the exact environment the outputs were made with;
@@ -118,6 +120,10 @@ def make_bundle(out: Path) -> Path:
             _add(archive, wheel.name, wheel.read_bytes())
             for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
                 _add(archive, f"notebooks/{notebook.name}", notebook.read_bytes())
+            # the stored measurements and training results that chapters 6b and 8 read
+            for data in sorted((ROOT / "data").rglob("*")):
+                if data.is_file():
+                    _add(archive, data.relative_to(ROOT).as_posix(), data.read_bytes())
         partial.replace(out)
     print(f"bundle: {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out} "
           f"({out.stat().st_size / 1e6:.1f} MB, {time.perf_counter() - start:.1f} s)")

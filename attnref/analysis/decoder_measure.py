@@ -53,8 +53,18 @@ OFFSETS = (0, 1, 2, 4, 8, 32, 128)
 SOURCES = ("attnref/decoder.py", "attnref/rope.py", "attnref/attention.py", "attnref/models/smollm.py",
            "attnref/analysis/decoder_measure.py", "attnref/analysis/texts.py")
 DATA = Path("data") / "smollm2-measurements"
-#: The repository this package was installed from (editable install): where ``data/`` lives.
+#: The folder that holds the ``attnref`` package: the repository (editable install), or
+#: site-packages (a wheel); :data:`SOURCES` are read from it.
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def data_root() -> Path:
+    """Where ``data/`` is: the repository, or — for the notebooks of the download bundle, run from
+    its ``notebooks/`` folder — the working directory or its parent."""
+    for candidate in (ROOT, Path.cwd(), Path.cwd().parent):
+        if (candidate / DATA).with_suffix(".npz").exists():
+            return candidate
+    return ROOT
 #: Q4_1 stores a block of 32 weights as d·q + m (q in 0…15, d and m in float16) rounded to nearest:
 #: each dequantized weight is within d·(1/2 + 15·2⁻¹¹) + |m|·2⁻¹¹ of the weight it replaced.
 FP16_UNIT = 2.0 ** -11
@@ -292,15 +302,17 @@ class StaleMeasurements(RuntimeError):
     pass
 
 
-def load(root: Path = ROOT) -> tuple[dict[str, Tensor], dict]:
-    """The stored measurements and their provenance; a missing or stale file raises one line
-    naming ``make measure``."""
+def load(root: Path | None = None, sources: Path = ROOT) -> tuple[dict[str, Tensor], dict]:
+    """The stored measurements (under ``root``, default :func:`data_root`) and their provenance;
+    a missing file, or one measured with other code than the sources under ``sources``, raises
+    one line naming ``make measure``."""
     import numpy as np
+    root = data_root() if root is None else root
     path = root / DATA
     if not path.with_suffix(".npz").exists() or not path.with_suffix(".json").exists():
         raise StaleMeasurements(f"{DATA}.npz is missing: run `make measure` (about a minute)")
     provenance = json.loads(path.with_suffix(".json").read_text())
-    current = source_hash(root)
+    current = source_hash(sources)
     if provenance.get("source_sha256") != current:
         raise StaleMeasurements(f"{DATA}.npz was measured with other code (source hash "
                                 f"{provenance.get('source_sha256', '?')[:12]} ≠ {current[:12]}): run `make measure`")

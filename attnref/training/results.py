@@ -19,6 +19,15 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "data" / "experiments"
 
 
+def _data_directory() -> Path:
+    """``data/experiments``: in the repository, or — for the notebooks of the download bundle, run
+    from its ``notebooks/`` folder — under the working directory or its parent."""
+    for candidate in (DATA, Path.cwd() / "data" / "experiments", Path.cwd().parent / "data" / "experiments"):
+        if candidate.is_dir():
+            return candidate
+    return DATA
+
+
 class StaleData(RuntimeError):
     """A data file that is missing, unreadable or older than the training code."""
 
@@ -26,7 +35,7 @@ class StaleData(RuntimeError):
 def load(experiment: str, directory: Path | str | None = None, check_hash: bool = True) -> dict:
     """The stored results of one experiment (``"E1"`` …)."""
     # ATTNREF_EXPERIMENTS points the notebook at another directory (a smoke test's output)
-    path = Path(directory or os.environ.get("ATTNREF_EXPERIMENTS") or DATA) / f"{experiment.lower()}.json"
+    path = Path(directory or os.environ.get("ATTNREF_EXPERIMENTS") or _data_directory()) / f"{experiment.lower()}.json"
     shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     if not path.exists():
         raise StaleData(f"{shown} is missing: run `make experiments` (about 7 minutes on 2 cores) to train and write it")
