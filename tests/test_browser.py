@@ -19,8 +19,7 @@ A second crawl measures the layout at 1400 px (desktop) and 400 px (phone), ever
 chapter: no figure displayed with another aspect ratio than its own (2 %), no page that scrolls
 sideways at 400 px, every prose equation fitting its column at 1400 px (at 400 px a wider one
 scrolls inside itself), one search box on desktop; and per chapter, the verdict box before the
-first visible code cell of every claim section and visible code ≤ 25 % of the chapter's height
-(these two are expected to fail until every chapter is converted: ``xfail(strict=False)``).
+first visible code cell of every claim section and visible code ≤ 25 % of the chapter's height.
 
 Screenshots of the landing page and of chapter 1 (light and dark) are kept under
 ``_build/browser/`` with the crawl's timings.
@@ -583,7 +582,6 @@ def test_one_search_box_on_desktop(layout) -> None:
     assert all(n == 1 for n in counts.values()), f"search boxes per page at 1400 px: {counts}"
 
 
-@pytest.mark.xfail(strict=False, reason="until every chapter shows its verdict box under the proposition (issue 18)")
 def test_verdict_before_the_first_code_of_every_claim_section(layout) -> None:
     sections = [(path, c) for (width, path), facts in layout.items() if width == max(WIDTHS) for c in facts["claims"]]
     assert sections, "no claim section (an anchor (claim-<id>)=) on any page"
@@ -592,7 +590,6 @@ def test_verdict_before_the_first_code_of_every_claim_section(layout) -> None:
     assert not late, f"{len(late)} of {len(sections)} claim sections:\n" + "\n".join(late)
 
 
-@pytest.mark.xfail(strict=False, reason="until every chapter folds its helper and plotting code (issue 18)")
 def test_visible_code_is_at_most_a_quarter_of_each_chapter(layout) -> None:
     shares = {path: facts["code_share"] for (width, path), facts in layout.items()
               if width == max(WIDTHS) and path.startswith("notebooks/")}
