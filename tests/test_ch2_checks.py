@@ -85,7 +85,10 @@ def verdict(evidence: claims.Evidence) -> str:
 def _default_seed(monkeypatch):
     monkeypatch.delenv("ATTNREF_SEED", raising=False)
     monkeypatch.setenv("ATTNREF_FIGURES", "off")
-    torch.set_default_dtype(torch.float64)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)            # as the notebook's set-up cell does
+    yield
+    torch.set_default_dtype(previous)                 # later tests on this worker expect float32
 
 
 # --- L1: the OV circuit ---------------------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from attnref.training import results
-from attnref.training.models import RecallModel, Spec
+from attnref.training.models import SCORES, RecallModel, Spec
 from attnref.training.tasks import RecallTask, generator
 from attnref.training.train import Run, train
 
@@ -76,6 +76,24 @@ def test_parameter_counts():
     assert learned.parameter_count() - factored.parameter_count() == h
     spectra = factored.fused_spectra()
     assert len(spectra) == h and all(sum(s > 1e-5 * head[0] for s in head) == d_k for head in spectra)
+
+
+@pytest.mark.parametrize("scores", SCORES)
+def test_models_are_float32_whatever_the_default_dtype(scores):
+    """The notebooks set torch's default dtype to float64; a model built after that is still float32
+    and trains to the same numbers (bug caught: parameters made with the default dtype meet
+    attnref's float32 layers and raise "inputs must share one dtype")."""
+    spec = Spec(scores=scores)
+    float32_run = train(Run(spec, TASK, steps=2, lr=1e-2, seed=3))
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        model = RecallModel(spec, TASK.keys, TASK.values, seed=0)
+        assert {p.dtype for p in model.parameters()} == {torch.float32}
+        under_float64 = train(Run(spec, TASK, steps=2, lr=1e-2, seed=3))
+    finally:
+        torch.set_default_dtype(previous)
+    assert under_float64["first_losses"] == float32_run["first_losses"]
 
 
 def test_variants_share_initial_weights():

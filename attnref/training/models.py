@@ -43,6 +43,8 @@ BODIES = ("attention", "token_mlp", "flat_mlp")
 PLACEMENTS = ("pre", "post", "post_relu")
 ACTIVATIONS = ("identity", "relu", "gelu")
 SCORES = ("dot", "cosine", "cosine_learned", "fused")
+# Every parameter is float32 whatever torch's default dtype is (the book's notebooks set float64).
+DTYPE = torch.float32
 
 
 @dataclass(frozen=True)
@@ -80,10 +82,11 @@ class VariantLayer(TrainableLayer):
         h, d, d_k = spec.h, spec.d, spec.d // spec.h
         if spec.scores == "cosine_learned":
             # QK-norm: a learned inverse temperature per head, β = e^s, initialised at β = √d_k
-            self.log_beta = torch.nn.Parameter(torch.full((h, 1, 1), 0.5 * math.log(d_k)))
+            self.log_beta = torch.nn.Parameter(torch.full((h, 1, 1), 0.5 * math.log(d_k), dtype=DTYPE))
         if spec.scores == "fused":
             # one full d × d matrix per head, N(0, 1/d) entries; W_Q, W_K are not used (frozen, not counted)
-            self.w_fused = torch.nn.Parameter(torch.randn(h, d, d, generator=generator) * d ** -0.5)
+            draws = torch.randn(h, d, d, generator=generator, dtype=DTYPE)
+            self.w_fused = torch.nn.Parameter(draws * d ** -0.5)
             for name in ("attention__w_q", "attention__w_k", "attention__b_q", "attention__b_k"):
                 getattr(self, name).requires_grad_(False)
 
@@ -132,28 +135,28 @@ class RecallModel(torch.nn.Module):
         d = spec.d
 
         def normal(*shape: int, std: float = 1.0) -> torch.nn.Parameter:
-            return torch.nn.Parameter(torch.randn(*shape, generator=g) * std)
+            return torch.nn.Parameter(torch.randn(*shape, generator=g, dtype=DTYPE) * std)
 
         self.key_embedding = normal(keys, d)
         self.value_embedding = normal(values, d)
         self.query_embedding = normal(keys, d)
         self.readout = normal(d, values, std=d ** -0.5)
-        self.readout_bias = torch.nn.Parameter(torch.zeros(values))
-        self.final_norm = torch.nn.ParameterDict({"gain": torch.nn.Parameter(torch.ones(d)),
-                                                  "bias": torch.nn.Parameter(torch.zeros(d))})
+        self.readout_bias = torch.nn.Parameter(torch.zeros(values, dtype=DTYPE))
+        self.final_norm = torch.nn.ParameterDict({"gain": torch.nn.Parameter(torch.ones(d, dtype=DTYPE)),
+                                                  "bias": torch.nn.Parameter(torch.zeros(d, dtype=DTYPE))})
         if spec.body == "attention":
             layers = []
             for _ in range(spec.layers):
                 weights = EncoderLayer.random(d, spec.h, spec.d_ff, norm_first=spec.placement == "pre",
-                                              generator=g, dtype=torch.float32)
+                                              generator=g, dtype=DTYPE)
                 layers.append(VariantLayer(weights, spec, g))
             self.layers = torch.nn.ModuleList(layers)
         else:
             width = d if spec.body == "token_mlp" else d * (spec.n + 1)
             self.w_1 = normal(width, spec.d_ff, std=width ** -0.5)
-            self.b_1 = torch.nn.Parameter(torch.zeros(spec.d_ff))
+            self.b_1 = torch.nn.Parameter(torch.zeros(spec.d_ff, dtype=DTYPE))
             self.w_2 = normal(spec.d_ff, d, std=spec.d_ff ** -0.5)
-            self.b_2 = torch.nn.Parameter(torch.zeros(d))
+            self.b_2 = torch.nn.Parameter(torch.zeros(d, dtype=DTYPE))
 
     def embed(self, keys: Tensor, values: Tensor, query: Tensor) -> Tensor:
         pairs = self.key_embedding[keys] + self.value_embedding[values]        # (B, n, d)

@@ -59,7 +59,9 @@ class RecallTask:
         """``batch_size`` sequences of ``n`` pairs with distinct keys and a query among them."""
         if not 1 <= n <= self.keys:
             raise ValueError(f"n = {n} pairs need 1 ≤ n ≤ keys = {self.keys}")
-        keys = torch.rand(batch_size, self.keys, generator=generator).argsort(dim=1)[:, :n]   # distinct
+        # n distinct keys: a random permutation's first n (float32 draws whatever torch's default dtype)
+        draws = torch.rand(batch_size, self.keys, generator=generator, dtype=torch.float32)
+        keys = draws.argsort(dim=1)[:, :n]
         values = torch.randint(self.values, (batch_size, n), generator=generator)
         where = torch.randint(n, (batch_size,), generator=generator)
         rows = torch.arange(batch_size)
