@@ -94,6 +94,7 @@ def _default_seed(monkeypatch):
 # --- L1: the OV circuit ---------------------------------------------------------------------
 
 L1_EXPERIMENT = 'generator = seeding.generator("L1")'
+L1_GAUGE = "# The gauge W_V^i"
 
 
 def test_l1_ov_parity_catches_an_untransposed_output_projection(monkeypatch):
@@ -104,7 +105,7 @@ def test_l1_ov_parity_catches_an_untransposed_output_projection(monkeypatch):
         return cls(w.w_q, w.w_k, w.w_v, w.w_o.T.contiguous(), w.b_q, w.b_k, w.b_v, w.b_o)
 
     monkeypatch.setattr(attnref.MultiHeadWeights, "from_torch", classmethod(untransposed))
-    buggy = run(L1_EXPERIMENT, l1=claims.Evidence("L1"))["l1"]
+    buggy = run(L1_EXPERIMENT, L1_GAUGE, l1=claims.Evidence("L1"))["l1"]
     assert any("Σ_i A_i X W_V^i W_O^i" in name for name in failing(buggy))
     assert verdict(buggy) == claims.NOT_ESTABLISHED
 
