@@ -12,72 +12,24 @@ attnref function.
 
 from __future__ import annotations
 
-import json
 import types
-from pathlib import Path
 
 import pytest
 import torch
 
 from attnref import counts, rope
 from attnref.analysis import lowrank
-from attnref.book import claims
 
-ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOK = ROOT / "notebooks" / "05-multi-head.ipynb"
+import notebook_sections                     # tests/notebook_sections.py
+from notebook_sections import assert_caught
 
-
-def sections() -> tuple[str, dict[str, list[str]]]:
-    """The set-up cell's source and, per claim ID, the sources of its non-plotting code cells."""
-    cells = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
-    setup, current, found = None, None, {}
-    for cell in cells:
-        source = "".join(cell["source"])
-        if cell["cell_type"] == "markdown":
-            for line in source.splitlines():
-                if line.startswith("(claim-h") and line.endswith(")="):
-                    current = line[len("(claim-"):-2].upper()
-                    found[current] = []
-            continue
-        tags = cell.get("metadata", {}).get("tags", [])
-        if current is None:
-            setup = source if setup is None else setup
-        elif "plotting.show" not in source and "remove-cell" not in tags:
-            found[current].append(source)
-    assert setup is not None and sorted(found) == [f"H{i}" for i in range(1, 9)], sorted(found)
-    return setup, found
+NOTEBOOK = "05-multi-head.ipynb"
+CLAIM_IDS = [f"H{i}" for i in range(1, 9)]
 
 
 def run_section(claim_id: str, replace: tuple[str, str] | None = None, namespace: dict | None = None):
     """Run one claim section (optionally with one source mutation); return its verdict and checks."""
-    setup, found = sections()
-    ns = {}
-    exec(compile(setup.replace("from myst_nb import glue", "glue = lambda *a, **k: None"),
-                 "<setup>", "exec"), ns)
-    ns.update(namespace or {})
-    sources = found[claim_id]
-    if replace is not None:
-        original, mutant = replace
-        hits = sum(s.count(original) for s in sources)
-        assert hits == 1, (f"mutation site {original!r} found {hits} times in section {claim_id}: "
-                           "update tests/test_ch5_checks.py to the notebook's wording")
-        sources = [s.replace(original, mutant) for s in sources]
-    default = torch.get_default_dtype()
-    try:
-        for source in sources:
-            exec(compile(source, f"<{claim_id}>", "exec"), ns)
-    finally:
-        torch.set_default_dtype(default)
-    evidence = ns[claim_id.lower()]
-    assert isinstance(evidence, claims.Evidence)
-    return claims.decide(evidence.checks), evidence.checks
-
-
-def assert_caught(claim_id: str, verdict: str, checks, expected_failure: str) -> None:
-    assert verdict != claims.CLAIMS[claim_id].expected, f"{claim_id}: the mutant kept the verdict {verdict!r}"
-    failing = [c.name for c in checks if not c.passed]
-    assert any(expected_failure in name for name in failing), (
-        f"{claim_id}: expected a failing check containing {expected_failure!r}, failing: {failing}")
+    return notebook_sections.run_section(NOTEBOOK, CLAIM_IDS, claim_id, replace, namespace)
 
 
 @pytest.fixture(autouse=True)
