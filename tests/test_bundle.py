@@ -74,6 +74,19 @@ def test_bundle_holds_notebooks_wheel_lock_and_readme(bundle: Path) -> None:
     assert zipfile.ZipFile(bundle).read("attention-claims/requirements.lock") == (ROOT / "requirements.lock").read_bytes()
 
 
+def test_the_wheel_holds_every_module_of_attnref(bundle: Path) -> None:
+    """Every ``.py`` file and stored data file of attnref is in the wheel (a subpackage missing
+    from pyproject.toml's package list would leave its chapter unable to import it)."""
+    archive = zipfile.ZipFile(bundle)
+    (wheel_name,) = [n for n in archive.namelist() if n.endswith(".whl")]
+    with zipfile.ZipFile(archive.open(wheel_name)) as wheel:
+        shipped = {n for n in wheel.namelist() if n.startswith("attnref/")}
+    sources = {p.relative_to(ROOT).as_posix() for p in (ROOT / "attnref").rglob("*")
+               if p.is_file() and p.suffix in (".py", ".safetensors") and "__pycache__" not in p.parts}
+    missing = sorted(sources - shipped)
+    assert not missing, f"not in the wheel (add the package to pyproject.toml): {missing}"
+
+
 def test_a_notebook_runs_from_the_unpacked_bundle_in_a_fresh_venv(bundle: Path, tmp_path: Path) -> None:
     from jupyter_client import KernelManager
     from jupyter_client.kernelspec import KernelSpecManager
