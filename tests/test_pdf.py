@@ -81,6 +81,7 @@ def test_pdf_has_a_page_per_toc_entry_in_order(pdf: Path) -> None:
     reader = PdfReader(pdf)
     titles = [item.title for item in reader.outline if not isinstance(item, list)]
     assert len(titles) == len(make_pdf.toc_pages()), titles
+    assert not [t for t in titles if "\\" in t], f"TeX in a bookmark (bookmarks are plain text): {titles}"
     assert len(reader.pages) > len(titles)
     assert (pdf.parent / pdf.name).stat().st_size > 100_000
 

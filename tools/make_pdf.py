@@ -137,6 +137,14 @@ async def print_pages(site: Path, pages: list[str], folder: Path) -> list[dict]:
     return results
 
 
+def bookmark_title(page_title: str) -> str:
+    """A page's title as a PDF bookmark: without the site's name and with its inline math as
+    text (bookmarks are plain text): ``Cosine … why \\(\\sqrt{d_k}\\) — site`` → ``… why √dₖ``."""
+    text = page_title.split(" — ")[0].strip()
+    text = text.replace("\\sqrt{d_k}", "√dₖ").replace("d_k", "dₖ")
+    return re.sub(r"\\[()]", "", text)
+
+
 def merge(results: list[dict], out: Path) -> int:
     """One PDF with a bookmark per page; fonts and images shared by the parts are stored once."""
     from pypdf import PdfReader, PdfWriter
@@ -146,7 +154,7 @@ def merge(results: list[dict], out: Path) -> int:
         first = len(writer.pages)
         writer.append(PdfReader(facts["pdf"]), import_outline=False)
         if facts["path"] != TITLE_PAGE:
-            writer.add_outline_item(title=facts["title"].split(" — ")[0].strip(), page_number=first)
+            writer.add_outline_item(title=bookmark_title(facts["title"]), page_number=first)
     writer.compress_identical_objects(remove_duplicates=True, remove_unreferenced=True)
     writer.add_metadata({"/Title": "attention-claims", "/Creator": "tools/make_pdf.py (Chromium, pypdf)"})
     with out.open("wb") as handle:
