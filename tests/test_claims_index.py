@@ -293,12 +293,17 @@ def test_execution_report(tmp_path: Path) -> None:
                                                "runs": [7.4, 7.1, 6.9]}]}))
     text = index.render_report(tmp_path, *index.load_report(tmp_path))
     assert "Run time (s): median of 3 (range)" in text and "| 7.1 (6.9–7.4) |" in text, text
-    # a chapter title with math is a plain link title
+    # a notebook's row: its chapter's number and its own first heading, math as plain text
     (tmp_path / "notebooks").mkdir(exist_ok=True)
-    (tmp_path / "notebooks" / "04-cosine-vs-dot.ipynb").write_text("{}")
-    path.write_text(json.dumps({"notebooks": [{"name": "04-cosine-vs-dot", "seconds": 7.0, "status": "ok"}]}))
+    for name, heading in (("04-cosine-vs-dot", "Cosine versus dot product, and why $\\sqrt{d_k}$"),
+                          ("06b-trained-decoder", "The claims on a trained decoder")):
+        cells = [{"cell_type": "markdown", "metadata": {}, "source": f"# {heading}\n\nText."}]
+        (tmp_path / "notebooks" / f"{name}.ipynb").write_text(json.dumps({"cells": cells}))
+    path.write_text(json.dumps({"notebooks": [{"name": "04-cosine-vs-dot", "seconds": 7.0, "status": "ok"},
+                                              {"name": "06b-trained-decoder", "seconds": 6.0, "status": "ok"}]}))
     text = index.render_report(tmp_path, *index.load_report(tmp_path))
     assert "{doc}`4 · Cosine versus dot product, and why √dₖ </notebooks/04-cosine-vs-dot>`" in text, text
+    assert "{doc}`6 · The claims on a trained decoder </notebooks/06b-trained-decoder>`" in text, text
     path.write_text(json.dumps({"notebooks": [{"name": "01-nonlinearity"}]}))
     assert index.load_report(tmp_path)[1].startswith("malformed")
 
@@ -310,6 +315,8 @@ def test_committed_report_is_well_formed() -> None:
     assert why is None, why
     names = {row["name"] for row in data["notebooks"]}
     assert names == {p.stem for p in index.notebook_paths(ROOT)}, "the report does not cover every notebook"
+    bare = [name for name in names if index._notebook_title(ROOT, name) == name]
+    assert not bare, f"report rows without a chapter title: {bare}"
 
 
 def test_the_build_extension_does_not_import_torch():

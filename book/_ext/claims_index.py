@@ -556,6 +556,25 @@ def _status_badge(status) -> str:
     return f"{{{kind}}}`{status}`"
 
 
+def _notebook_title(root: Path, name: str) -> str:
+    """``6 · The claims on a trained decoder`` for ``06b-trained-decoder``: the chapter number from
+    the name's leading digits, the title from the notebook's first heading (a chapter may have
+    several notebooks); the bare name when the notebook is missing or has no heading."""
+    path = root / "notebooks" / f"{name}.ipynb"
+    try:
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    except (OSError, ValueError, KeyError):
+        return name
+    headings = [line[2:].strip() for c in cells if c.get("cell_type") == "markdown"
+                for line in "".join(c.get("source", "")).splitlines() if line.startswith("# ")]
+    if not headings:
+        return name
+    digits = re.match(r"\d+", name)
+    number = int(digits.group()) if digits else None
+    prefix = f"{number} · " if number in registry.CHAPTERS else ""
+    return prefix + plain_title(headings[0])
+
+
 def render_report(root: Path, data: dict | None, why: str | None) -> str:
     """The execution report: a row per notebook, then the totals ``make bench`` measured.
 
@@ -570,13 +589,11 @@ def render_report(root: Path, data: dict | None, why: str | None) -> str:
             f"No execution report: `{REPORT_PATH.as_posix()}` is {why}. "
             "`make bench` times every notebook, the tests and the build, and writes it.",
             "```"])
-    chapters = {c.notebook: c for c in registry.CHAPTERS.values()}
     rows = []
     for row in data["notebooks"]:
         name = str(row["name"])
         notebook = f"notebooks/{name}"
-        chapter = chapters.get(notebook)
-        title = f"{chapter.number} · {plain_title(chapter.title)}" if chapter else name
+        title = _notebook_title(root, name)
         link = _doc(title, notebook) if (root / f"{notebook}.ipynb").exists() else escape(title)
         runs = [float(r) for r in row.get("runs") or []]
         spread = f" ({min(runs):.1f}–{max(runs):.1f})" if len(runs) > 1 else ""
