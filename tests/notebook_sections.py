@@ -22,11 +22,13 @@ from attnref.book import claims
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
 
-def sections(notebook: str, claim_ids: list[str]) -> tuple[str, dict[str, list[str]]]:
-    """The notebook's set-up cell (its first code cell) and, per claim ID, the sources of the
-    section's code cells that are neither plotting nor removed from the page."""
+def sections(notebook: str, claim_ids: list[str],
+             every_setup_cell: bool = False) -> tuple[str, dict[str, list[str]]]:
+    """The notebook's set-up — its first code cell, or with ``every_setup_cell`` all code cells
+    before the first claim, joined — and, per claim ID, the sources of the section's code cells
+    that are neither plotting nor removed from the page."""
     cells = json.loads((NOTEBOOKS / notebook).read_text(encoding="utf-8"))["cells"]
-    setup, current, found = None, None, {}
+    setup, current, found = [], None, {}
     for cell in cells:
         source = "".join(cell["source"])
         if cell["cell_type"] == "markdown":
@@ -37,11 +39,11 @@ def sections(notebook: str, claim_ids: list[str]) -> tuple[str, dict[str, list[s
             continue
         tags = cell.get("metadata", {}).get("tags", [])
         if current is None:
-            setup = source if setup is None else setup
+            setup.append(source)
         elif "plotting.show" not in source and "remove-cell" not in tags:
             found[current].append(source)
-    assert setup is not None and sorted(found) == sorted(claim_ids), sorted(found)
-    return setup, found
+    assert setup and sorted(found) == sorted(claim_ids), sorted(found)
+    return "\n\n".join(setup if every_setup_cell else setup[:1]), found
 
 
 def run_section(notebook: str, claim_ids: list[str], claim_id: str,

@@ -12,35 +12,17 @@ the notebook was reworded) — and decides the verdict from the recorded evidenc
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 from attnref.book import claims
 
-ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOK = ROOT / "notebooks" / "08-training.ipynb"
+import notebook_sections                     # tests/notebook_sections.py
+
+NOTEBOOK = "08-training.ipynb"
 
 
 def sections() -> tuple[str, dict[str, list[str]]]:
-    cells = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
-    setup, current, found = [], None, {}
-    for cell in cells:
-        source = "".join(cell["source"])
-        if cell["cell_type"] == "markdown":
-            for line in source.splitlines():
-                if line.startswith("(claim-e") and line.endswith(")="):
-                    current = line[len("(claim-"):-2].upper()
-                    found[current] = []
-            continue
-        tags = cell.get("metadata", {}).get("tags", [])
-        if current is None:
-            setup.append(source)
-        elif "plotting.show" not in source and "remove-cell" not in tags:
-            found[current].append(source)
-    assert sorted(found) == [f"E{i}" for i in range(1, 6)], sorted(found)
-    return "\n\n".join(setup), found
+    return notebook_sections.sections(NOTEBOOK, [f"E{i}" for i in range(1, 6)], every_setup_cell=True)
 
 
 def run_section(claim_id: str, replace: tuple[str, str] | None = None):
