@@ -42,6 +42,14 @@ def test_quantile_interval_coverage_over_repetitions(gen):
     assert misses < 100
 
 
+def test_quantile_interval_says_when_the_samples_are_too_few_on_either_side():
+    # 10 samples cannot bound the 0.9-quantile from above at δ = 0.01 (0.9¹⁰ = 0.35 > δ/2): a
+    # clear error, not an index past the last sample; nor the 0.1-quantile from below.
+    for quantile in (0.9, 0.1):
+        with pytest.raises(ValueError, match="too few"):
+            stats.quantile_interval(torch.rand(10, dtype=torch.float64), quantile, 1e-2)
+
+
 def test_quantile_interval_rejects_bad_input():
     with pytest.raises(ValueError, match=r"quantile must be in \(0, 1\), got 1"):
         stats.quantile_interval(torch.rand(100, dtype=torch.float64), 1)

@@ -271,7 +271,8 @@ def quantile_interval(samples: Tensor, quantile: float = 0.5, failure_probabilit
     below = torch.nonzero(log_cdf <= log_half).flatten()
     # Upper rank u: the smallest u with P(B ≥ u) = 1 − P(B ≤ u − 1) ≤ δ/2.
     log_upper_tail = torch.log1p(-log_cdf.exp().clamp(max=1.0))   # log P(B > k) = log P(B ≥ k + 1)
-    above = torch.nonzero(log_upper_tail <= log_half).flatten()
+    # k = n is left out: P(B > n) = 0 would pick the rank n + 1, past the last sample.
+    above = torch.nonzero(log_upper_tail[:-1] <= log_half).flatten()
     if below.numel() == 0 or above.numel() == 0:
         raise ValueError(f"{n} samples are too few for a {quantile:g}-quantile interval with failure probability "
                          f"{delta:g}")
