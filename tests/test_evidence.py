@@ -61,6 +61,14 @@ def test_shorthands_compute_the_outcome():
     e = claims.Evidence("C3")
     assert e.exact("integer", 3, 3, kind=claims.SYMBOLIC)
     assert not e.exact("integer off by one", 4, 3, kind=claims.SYMBOLIC)
+    # arrays compare element by element (their printed text is abridged: one wrong element of
+    # 2000 would not show in it); a shape mismatch fails
+    ranks = torch.arange(2000)
+    wrong = ranks.clone()
+    wrong[500] += 1
+    assert e.exact("ranks", ranks, ranks.clone(), kind=claims.NUMERICAL)
+    assert not e.exact("one rank of 2000 off", wrong, ranks, kind=claims.NUMERICAL)
+    assert not e.exact("ranks of another shape", ranks[:10], ranks[:11], kind=claims.NUMERICAL)
     assert e.close("close", 1.0 + 1e-13, 1.0, 1e-12, kind=claims.NUMERICAL)
     assert not e.close("NaN is never close", math.nan, 1.0, 1.0, kind=claims.NUMERICAL)
     assert e.at_most("at most", torch.tensor(0.5), 1.0, kind=claims.NUMERICAL)
@@ -78,6 +86,8 @@ def test_shorthands_compute_the_outcome():
     (lambda e: e.check("a statistical check without a bound", True, kind=claims.STATISTICAL), "names its bound"),
     (lambda e: e.check("too likely to fail", True, kind=claims.STATISTICAL, bound="Hoeffding",
                        failure_probability=1e-3), "failure probability"),
+    (lambda e: e.check("no sampling bound fails with probability 0", True, kind=claims.STATISTICAL,
+                       bound="Hoeffding", failure_probability=0.0), "failure probability"),
     (lambda e: e.check("x", True, kind="vibes"), "kind must be one of"),
     (lambda e: e.true("x", 1, kind=claims.NUMERICAL), "computed boolean"),
     (lambda e: e.true("x", torch.tensor([True, False]), kind=claims.NUMERICAL), "computed boolean"),

@@ -219,6 +219,14 @@ def expected_verdict(claim_id: str, model: str | None = None) -> str:
 # Checks
 # ---------------------------------------------------------------------------------------------
 
+def _elements(value: Any) -> int:
+    """How many elements a torch tensor or numpy array holds; 1 for anything else."""
+    shape = getattr(value, "shape", None)
+    if shape is None or hasattr(value, "equals") or not hasattr(value, "dtype"):
+        return 1                                   # scalars, strings, sympy objects
+    return math.prod(shape)
+
+
 def _number(value: Any) -> float | int | bool | str | None:
     """A JSON-friendly scalar from a Python, numpy, torch or sympy scalar (or a one-element array)."""
     if value is None or isinstance(value, (bool, str)):
@@ -324,9 +332,9 @@ class _Recorder:
         if kind == STATISTICAL:
             if bound not in BOUNDS:
                 raise ValueError(f"{name}: a statistical check names its bound, one of {BOUNDS}; got {bound!r}")
-            if failure_probability is None or not 0 <= failure_probability <= MAX_FAILURE_PROBABILITY:
+            if failure_probability is None or not 0 < failure_probability <= MAX_FAILURE_PROBABILITY:
                 raise ValueError(f"{name}: a statistical check states a failure probability in "
-                                 f"[0, {MAX_FAILURE_PROBABILITY:g}], got {failure_probability!r}")
+                                 f"(0, {MAX_FAILURE_PROBABILITY:g}], got {failure_probability!r}")
         elif bound is not None and bound not in BOUNDS:
             raise ValueError(f"{name}: bound must be one of {BOUNDS}, got {bound!r}")
         text = measured if isinstance(measured, str) else format_value(measured, digits)
@@ -344,6 +352,10 @@ class _Recorder:
         """``measured == expected`` exactly (integers, ranks, sympy results, booleans)."""
         if hasattr(measured, "equals") and not isinstance(measured, (str, bytes)) and not hasattr(measured, "numel"):
             passed = measured == expected          # sympy: structural equality after simplification
+        elif _elements(measured) > 1 or _elements(expected) > 1:
+            import torch                           # arrays: every element (their text is abridged)
+            a, b = torch.as_tensor(measured), torch.as_tensor(expected)
+            passed = a.shape == b.shape and torch.equal(a, b.to(a.dtype))
         else:
             passed = _number(measured) == _number(expected)
         return self.check(name, bool(passed), kind=kind, measured=measured,
