@@ -54,6 +54,14 @@ def test_loglog_slope_of_a_power_law():
     assert stats.loglog_slope(x, 3 * x**2.5) == pytest.approx(2.5, abs=1e-12)
 
 
+def test_relative_error_is_max_deviation_over_max_reference():
+    reference = torch.tensor([[2.0, -4.0], [1.0, 0.0]])
+    value = reference + torch.tensor([[0.0, 0.0], [-1.0, 0.5]])
+    assert stats.relative_error(value, reference) == 0.25        # max |v − r| / max |r| = 1/4
+    assert stats.relative_error(reference, reference) == 0.0
+    assert stats.relative_error(-reference, reference) == 2.0
+
+
 def test_seed_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv("ATTNREF_SEED", "5")
     first = torch.randn(3, generator=seeding.generator("s"))

@@ -295,3 +295,10 @@ def binomial_upper_tail(successes: int, trials: int, probability: float) -> floa
     log_pmf = (math.lgamma(trials + 1) - torch.lgamma(k + 1) - torch.lgamma(trials - k + 1)
                + k * math.log(probability) + (trials - k) * math.log1p(-probability))
     return min(math.exp(torch.logsumexp(log_pmf, dim=0).item()), 1.0)     # Σ_{k ≥ successes} P(B = k)
+
+
+def relative_error(value: Tensor, reference: Tensor) -> float:
+    r"""Largest absolute deviation relative to the reference's largest magnitude:
+    :math:`\max |v - r| / \max |r|` (max norms over all entries; no guard against a zero
+    reference, which gives ``inf`` or ``nan``)."""
+    return ((value - reference).abs().max() / reference.abs().max()).item()
