@@ -255,15 +255,9 @@ def cosine_attention(query: Tensor, key: Tensor, value: Tensor, beta: float | Te
     Masks as in :func:`scaled_dot_product_attention`.
     """
     _check_qkv(query, key, value)
-    shape = scores_shape(query, key)
-    beta = check.strength("beta", beta, shape, query.dtype, query.device)
-    full_mask = combined_mask(shape, query.dtype, query.device, mask, key_mask, causal, "key", key)
+    beta = check.strength("beta", beta, scores_shape(query, key), query.dtype, query.device)
     scores = cosine_scores(query, key)            # (..., n, m) in [-1, 1]
-    scores = beta * scores                        # strength β sharpens or flattens
-    scores = _masked(scores, full_mask)
-    weights = softmax(scores, dim=-1)             # (..., n, m)
-    output = weights @ value                      # (..., n, m) @ (..., m, d_v) -> (..., n, d_v)
-    return AttentionResult(output, weights)
+    return attention_from_scores(beta * scores, value, mask, causal, key_mask)   # β sharpens or flattens
 
 
 def parameter_free_self_attention(x: Tensor, mask: Tensor | None = None, causal: bool = False,

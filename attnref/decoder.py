@@ -28,18 +28,11 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from attnref import _validate as check
 from attnref import rope
-from attnref.attention import softmax
+from attnref.attention import scaled_dot_product_attention
 
 Tensor = torch.Tensor
-
-
-def _tensor(name: str, x) -> Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise ValueError(f"{name} must be a floating tensor, got dtype {x.dtype}")
-    return x
 
 
 def rms_norm(x: Tensor, gain: Tensor | None = None, eps: float = 1e-6) -> Tensor:
@@ -47,15 +40,11 @@ def rms_norm(x: Tensor, gain: Tensor | None = None, eps: float = 1e-6) -> Tensor
 
     As in Llama, the statistic is computed in at least float32 (a float16 input is upcast for it).
     """
-    _tensor("x", x)
+    check.floating("x", x)
     if x.shape[-1] == 0:
         raise ValueError(f"x must have a non-empty last dimension, got shape {tuple(x.shape)}")
-    if not (isinstance(eps, (int, float)) and eps >= 0 and eps == eps):
-        raise ValueError(f"eps must be a number ≥ 0, got {eps!r}")
-    if gain is not None:
-        _tensor("gain", gain)
-        if gain.shape != x.shape[-1:]:
-            raise ValueError(f"gain must have shape ({x.shape[-1]},) for x of shape {tuple(x.shape)}, got {tuple(gain.shape)}")
+    check.real_number("eps", eps, nonnegative=True)
+    check.vector("gain", gain, x.shape[-1], x, "x")
     work = x if x.dtype in (torch.float32, torch.float64) else x.float()
     mean_square = work.pow(2).mean(dim=-1, keepdim=True)                 # (..., n, 1)
     normalised = (work * torch.rsqrt(mean_square + eps)).to(x.dtype)    # (..., n, d)
@@ -69,15 +58,15 @@ def silu(z: Tensor) -> Tensor:
 
 def swiglu(x: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
     r""":math:`(\operatorname{silu}(x W_\text{gate}) \odot x W_\text{up}) W_\text{down}`; weights ``(in, out)``."""
-    _tensor("x", x)
+    check.floating("x", x)
     d = x.shape[-1]
     for name, w, rows in (("w_gate", w_gate, d), ("w_up", w_up, d)):
-        _tensor(name, w)
+        check.floating(name, w)
         if w.dim() != 2 or w.shape[0] != rows:
             raise ValueError(f"{name} must have shape ({rows}, d_ff) for x of width {d}, got {tuple(w.shape)}")
     if w_gate.shape != w_up.shape:
         raise ValueError(f"w_gate and w_up must have the same shape, got {tuple(w_gate.shape)} and {tuple(w_up.shape)}")
-    _tensor("w_down", w_down)
+    check.floating("w_down", w_down)
     if w_down.dim() != 2 or w_down.shape[0] != w_gate.shape[1]:
         raise ValueError(f"w_down must have shape ({w_gate.shape[1]}, d), got {tuple(w_down.shape)}")
     gate = silu(x @ w_gate)                  # (..., n, d) @ (d, d_ff) -> (..., n, d_ff)
@@ -115,6 +104,11 @@ class DecoderConfig:
     eps: float = 1e-6          # RMSNorm ε
 
     def __post_init__(self):
+        for name in ("d", "h", "h_kv", "d_k"):
+            check.positive_int(name, getattr(self, name))
+        if check.real_number("rope_base", self.rope_base) <= 0:
+            raise ValueError(f"rope_base must be > 0, got {self.rope_base!r}")
+        check.real_number("eps", self.eps, nonnegative=True)
         if self.h % self.h_kv:
             raise ValueError(f"h_kv must divide h, got h = {self.h}, h_kv = {self.h_kv}")
 
@@ -138,38 +132,40 @@ def grouped_query_attention(x: Tensor, layer: DecoderLayerWeights, config: Decod
 
     ``key_mask`` (..., n) bool: ``True`` = a real token (padding keys get weight 0).
     """
-    _tensor("x", x)
+    check.floating("x", x, min_dim=2)
     if x.shape[-1] != config.d:
         raise ValueError(f"x must have width d = {config.d}, got shape {tuple(x.shape)}")
-    if not isinstance(causal, bool):
-        raise ValueError(f"causal must be a bool, got {causal!r}")
+    check.boolean("causal", causal)
     n = x.shape[-2]
     h, h_kv, d_k = config.h, config.h_kv, config.d_k
+    for name, rows, columns in (("w_q", config.d, h * d_k), ("w_k", config.d, h_kv * d_k),
+                                ("w_v", config.d, h_kv * d_k), ("w_o", h * d_k, config.d)):
+        w = check.floating(name, getattr(layer, name), exact_dim=2)
+        if tuple(w.shape) != (rows, columns):
+            raise ValueError(f"{name} has shape {check.shape_of(w)}, expected ({rows}, {columns}) for "
+                             f"d = {config.d}, h = {h}, h_kv = {h_kv}, d_k = {d_k}")
+        check.same_dtype(x=x, **{name: w})
     q = (x @ layer.w_q).unflatten(-1, (h, d_k)).transpose(-3, -2)        # (..., n, h·d_k) -> (..., h, n, d_k)
     k = (x @ layer.w_k).unflatten(-1, (h_kv, d_k)).transpose(-3, -2)     # (..., h_kv, n, d_k)
     v = (x @ layer.w_v).unflatten(-1, (h_kv, d_k)).transpose(-3, -2)     # (..., h_kv, n, d_k)
     if positions is None:
         positions = torch.arange(n, dtype=x.dtype, device=x.device)
-    q_rot = rope.rotate(q, positions.unsqueeze(-2) if positions.dim() > 1 else positions, config.rope_base)
-    k_rot = rope.rotate(k, positions.unsqueeze(-2) if positions.dim() > 1 else positions, config.rope_base)
+    if not isinstance(positions, torch.Tensor) or positions.dim() == 0 or positions.shape[-1] != n:
+        raise ValueError(f"positions must be a tensor (..., n) with n = {n} (the tokens of x "
+                         f"{check.shape_of(x)}), got {getattr(positions, 'shape', positions)!r}")
+    per_head = positions.unsqueeze(-2) if positions.dim() > 1 else positions   # (..., 1, n) or (n,)
+    q_rot = rope.rotate(q, per_head, config.rope_base)
+    k_rot = rope.rotate(k, per_head, config.rope_base)
     group = h // h_kv
     k_shared = k_rot.repeat_interleave(group, dim=-3)                    # (..., h, n, d_k): head i uses kv head i // group
     v_shared = v.repeat_interleave(group, dim=-3)                        # (..., h, n, d_k)
-    scores = q_rot @ k_shared.transpose(-2, -1)                          # (..., h, n, d_k) @ (..., h, d_k, n) -> (..., h, n, n)
-    scores = scores / d_k ** 0.5
-    keep = torch.ones(n, n, dtype=torch.bool, device=x.device)
-    if causal:
-        keep = torch.tril(keep)                                          # token i sees j ≤ i
-    if key_mask is not None:
-        if key_mask.dtype != torch.bool or key_mask.shape != x.shape[:-1]:
-            raise ValueError(f"key_mask must be a bool tensor of shape {tuple(x.shape[:-1])}, got "
-                             f"{key_mask.dtype} {tuple(key_mask.shape)}")
-        keep = keep & key_mask.unsqueeze(-2).unsqueeze(-3)               # (..., 1, 1, n)
-    scores = scores.masked_fill(~keep, float("-inf"))
-    weights = softmax(scores)                                            # (..., h, n, n)
-    heads = weights @ v_shared                                           # (..., h, n, d_k)
-    concatenated = heads.transpose(-3, -2).flatten(-2)                   # (..., n, h·d_k)
-    return AttentionTrace(concatenated @ layer.w_o, weights, q, k, q_rot, k_rot)
+    head_keys = None
+    if key_mask is not None:                                             # (..., n) -> every head's keys (..., h, n)
+        check.key_mask(key_mask, "x", x)
+        head_keys = key_mask.unsqueeze(-2).expand(*key_mask.shape[:-1], h, n)
+    heads = scaled_dot_product_attention(q_rot, k_shared, v_shared, causal=causal, key_mask=head_keys)
+    concatenated = heads.output.transpose(-3, -2).flatten(-2)            # (..., h, n, d_k) -> (..., n, h·d_k)
+    return AttentionTrace(concatenated @ layer.w_o, heads.weights, q, k, q_rot, k_rot)
 
 
 @dataclass

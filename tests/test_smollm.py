@@ -115,9 +115,31 @@ def test_grouped_query_attention_shares_key_heads_and_is_causal():
     assert (changed[4:] - trace.output[4:]).abs().max() > 1e-3
 
 
+CONFIG = decoder.DecoderConfig(d=32, h=2, h_kv=1, d_k=8)
+
+
+def _layer(w_q: int = 16) -> decoder.DecoderLayerWeights:
+    """A float64 layer for CONFIG (d = 32, h·d_k = 16, h_kv·d_k = 8), with w_q of width ``w_q``."""
+    ones = lambda *shape: torch.ones(*shape, dtype=torch.float64)
+    return decoder.DecoderLayerWeights(ones(32), ones(32, w_q), ones(32, 8), ones(32, 8), ones(16, 32),
+                                       ones(32), ones(32, 64), ones(32, 64), ones(64, 32))
+
+
 @pytest.mark.parametrize("call, message", [
-    (lambda: decoder.rms_norm(torch.ones(3, 4), torch.ones(5)), "gain must have shape"),
+    (lambda: decoder.rms_norm(torch.ones(3, 4), torch.ones(5)), r"gain has shape \(5,\), expected \(4,\)"),
     (lambda: decoder.rms_norm(torch.ones(3, 4), eps=float("nan")), "eps must be"),
+    # each of these passed silently before (all-zero output, dtype promotion) or raised a bare
+    # Python/torch error
+    (lambda: decoder.rms_norm(torch.ones(3, 4), eps=float("inf")), "eps must be finite"),
+    (lambda: decoder.rms_norm(torch.ones(3, 4), eps=True), "eps must be a real number"),
+    (lambda: decoder.rms_norm(torch.ones(3, 4, dtype=torch.float64), torch.ones(4)), "share one dtype"),
+    (lambda: decoder.DecoderConfig(d=8, h=2, h_kv=0, d_k=4), "h_kv must be a positive int"),
+    (lambda: decoder.grouped_query_attention(torch.ones(6, 32, dtype=torch.float64), _layer(w_q=32),
+                                             CONFIG), r"w_q has shape \(32, 32\), expected \(32, 16\)"),
+    (lambda: decoder.grouped_query_attention(torch.ones(6, 32, dtype=torch.float64), _layer(), CONFIG,
+                                             positions=3), "positions must be a tensor"),
+    (lambda: decoder.grouped_query_attention(torch.ones(6, 32, dtype=torch.float64), _layer(), CONFIG,
+                                             key_mask=[True] * 6), "key_mask must be a boolean tensor"),
     (lambda: decoder.swiglu(torch.ones(3, 4), torch.ones(4, 6), torch.ones(4, 5), torch.ones(6, 4)), "same shape"),
     (lambda: decoder.DecoderConfig(d=8, h=3, h_kv=2, d_k=2), "h_kv must divide h"),
     (lambda: smollm.unpermute(torch.ones(6, 4), 2), "even width"),
