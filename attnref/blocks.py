@@ -26,7 +26,8 @@ from typing import NamedTuple, Sequence
 import torch
 
 from attnref.attention import AttentionResult
-from attnref.layers import EncoderLayer, feed_forward, layer_norm, named_tensors, replace_tensors
+from attnref.layers import (EncoderLayer, encoder_layer, feed_forward, layer_norm, named_tensors,
+                            replace_tensors)
 from attnref.multihead import multi_head_attention
 
 Tensor = torch.Tensor
@@ -59,8 +60,8 @@ def pre_ln_layer(x: Tensor, layer: EncoderLayer, mask: Tensor | None = None, key
     return AttentionResult(z, attended.weights)
 
 
-def decoder_layer(x: Tensor, layer: EncoderLayer, key_mask: Tensor | None = None,
-                  mask: Tensor | None = None) -> AttentionResult:
+def decoder_layer(x: Tensor, layer: EncoderLayer, *, mask: Tensor | None = None,
+                  key_mask: Tensor | None = None) -> AttentionResult:
     r"""Decoder-only (GPT) layer: :func:`pre_ln_layer` with causal self-attention.
 
     :math:`y = x + \mathrm{MHA}_\text{causal}(\mathrm{LN}_1(x))`, :math:`z = y + \mathrm{FFN}(\mathrm{LN}_2(y))`;
@@ -116,6 +117,4 @@ class TrainableLayer(torch.nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor | None = None, key_mask: Tensor | None = None,
                 causal: bool = False) -> Tensor:
-        weights = self.weights()
-        run = pre_ln_layer if weights.norm_first else post_ln_layer
-        return run(x, weights, mask=mask, key_mask=key_mask, causal=causal).output
+        return encoder_layer(x, self.weights(), mask=mask, key_mask=key_mask, causal=causal)

@@ -345,7 +345,7 @@ def encoder_layer_with_weights(x: Tensor, layer: EncoderLayer, mask: Tensor | No
     """
     from attnref import blocks   # blocks imports this module
 
-    run = blocks.pre_ln_layer if getattr(layer, "norm_first", False) else blocks.post_ln_layer
+    run = blocks.pre_ln_layer if blocks._layer(layer).norm_first else blocks.post_ln_layer
     return run(x, layer, mask=mask, key_mask=key_mask, causal=causal)
 
 

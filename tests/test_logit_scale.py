@@ -9,7 +9,6 @@ import torch
 
 import attnref
 from attnref.analysis import logit_scale, stats
-from attnref.analysis.stats import Estimate
 
 from conftest import PARITY_ATOL, randn
 
@@ -157,51 +156,6 @@ def test_bound_rejects_bad_input():
         logit_scale.cosine_max_weight_bound(3, -1.0)
     with pytest.raises(ValueError, match="beta must be a finite number ≥ 0, got inf"):
         logit_scale.cosine_max_weight_bound(3, math.inf)
-
-
-# --- loglog_slope_estimate ---------------------------------------------------------------------
-
-def test_slope_of_an_exact_power_law_with_its_bound():
-    x = [1.0, 4.0, 16.0, 64.0]
-    estimates = [Estimate(3 * xi ** 1.5, 0.1 * 3 * xi ** 1.5, 100) for xi in x]
-    slope = logit_scale.loglog_slope_estimate(x, estimates)
-    assert slope.value == pytest.approx(1.5, abs=1e-12)
-    values = torch.tensor([e.value for e in estimates], dtype=torch.float64)
-    assert slope.value == pytest.approx(stats.loglog_slope(torch.tensor(x, dtype=torch.float64), values), abs=1e-12)
-    centred = torch.tensor(x, dtype=torch.float64).log() - torch.tensor(x, dtype=torch.float64).log().mean()
-    weights = centred / (centred ** 2).sum()
-    expected = weights.abs().sum().item() * max(math.log(1.1), -math.log(0.9))
-    assert slope.half_width == pytest.approx(expected, rel=1e-12)
-    assert slope.samples == 100
-
-
-def test_slope_bound_covers_every_slope_inside_the_intervals():
-    x = [2.0, 8.0, 32.0]
-    estimates = [Estimate(xi ** -0.5, 0.2 * xi ** -0.5, 50) for xi in x]
-    slope = logit_scale.loglog_slope_estimate(x, estimates)
-    for corner in ([1, -1, 1], [-1, 1, -1], [1, 1, -1], [-1, -1, 1]):
-        y = [e.value + c * e.half_width for e, c in zip(estimates, corner)]
-        assert slope.contains(stats.loglog_slope(torch.tensor(x, dtype=torch.float64), torch.tensor(y, dtype=torch.float64)))
-
-
-def test_slope_of_standard_deviations_from_variances():
-    x = [1.0, 10.0, 100.0]
-    variances = [Estimate(xi, 0.01 * xi, 10) for xi in x]             # Var ∝ x, so std ∝ √x
-    assert logit_scale.loglog_slope_estimate(x, variances, power=0.5).value == pytest.approx(0.5, abs=1e-12)
-
-
-def test_slope_rejects_bad_input():
-    good = [Estimate(1.0, 0.1, 10), Estimate(2.0, 0.1, 10)]
-    with pytest.raises(ValueError, match=r"one entry per estimate .* got x of shape \(3,\) and 2 estimates"):
-        logit_scale.loglog_slope_estimate([1.0, 2.0, 3.0], good)
-    with pytest.raises(ValueError, match="every estimate's interval must lie above 0"):
-        logit_scale.loglog_slope_estimate([1.0, 2.0], [Estimate(1.0, 2.0, 10), Estimate(2.0, 0.1, 10)])
-    with pytest.raises(ValueError, match="x must be positive"):
-        logit_scale.loglog_slope_estimate([0.0, 2.0], good)
-    with pytest.raises(ValueError, match="estimates must be attnref.analysis.stats.Estimate objects"):
-        logit_scale.loglog_slope_estimate([1.0, 2.0], [1.0, 2.0])
-    with pytest.raises(ValueError, match="power must be a finite number > 0, got 0"):
-        logit_scale.loglog_slope_estimate([1.0, 2.0], good, power=0)
 
 
 # --- Student t₃, the sphere, χ² draws ----------------------------------------------------------

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from attnref.analysis import stats, trained
+from attnref.analysis import logit_scale, stats, trained
 from attnref.analysis.texts import SENTENCES
 
 
@@ -186,7 +186,7 @@ def test_kl_to_logits_equals_kl_of_the_maps(gen):
     other = rows.like(rows.values * 0.3)
     expected = trained.kl_rows(target, trained.masked_softmax(other))
     assert (trained.kl_to_logits(target, other) - expected).abs().max() < 1e-13
-    assert (trained.cross_entropy_rows(target, other) - trained.entropy_rows(target) - expected).abs().max() < 1e-13
+    assert (trained.cross_entropy_rows(target, other) - logit_scale.attention_entropy(target) - expected).abs().max() < 1e-13
     assert (trained.masked_softmax(other)[~rows.mask.expand(2, -1, -1)] == 0).all()
     leaking = target.clone()
     leaking[0, 5, 4] = 0.5                                             # weight on a padded key

@@ -13,7 +13,7 @@ from typing import Sequence
 import torch
 
 from attnref import _validate as check
-from attnref.analysis.stats import Estimate, Interval
+from attnref.analysis.stats import Interval
 
 Tensor = torch.Tensor
 
@@ -24,9 +24,6 @@ DISTRIBUTIONS = ("gaussian", "uniform", "rademacher")
 #: A heavy-tailed component law: Student's t with 3 degrees of freedom scaled to unit variance
 #: (density :math:`2/(\pi(1 + x^2)^2)`); its fourth moment is infinite.
 STUDENT_T3 = "student-t3"
-
-#: How far a row of weights may be from summing to 1 before it is rejected.
-
 
 def standardised_components(distribution: str, *shape: int, generator: torch.Generator,
                             dtype: torch.dtype = torch.float64) -> Tensor:
@@ -105,45 +102,6 @@ def cosine_max_weight_bound(m: int, beta: float = 1.0) -> float:
     return 1.0 / (1.0 + others)
 
 
-def loglog_slope_estimate(x: Sequence[float] | Tensor, estimates: Sequence[Estimate],
-                          power: float = 1.0) -> Estimate:
-    r"""Least-squares slope of :math:`\log y` against :math:`\log x` for :math:`y_i = \hat\theta_i^{\,p}`,
-    with a bound that holds whenever every estimate's own interval holds.
-
-    The slope is linear in the :math:`\log y_i`:
-
-    .. math:: \hat b = \sum_i w_i \log y_i, \qquad w_i = \frac{\log x_i - \overline{\log x}}{\sum_l (\log x_l - \overline{\log x})^2},
-
-    so if each true :math:`\theta_i^{\,p}` lies in :math:`[\mathrm{low}_i^{\,p}, \mathrm{high}_i^{\,p}]`,
-    the slope of the true values differs from :math:`\hat b` by at most
-    :math:`\sum_i |w_i|\, \delta_i` with :math:`\delta_i = \max(\log \mathrm{high}_i^{\,p} - \log y_i,\ \log y_i - \log \mathrm{low}_i^{\,p})`.
-    ``power = 0.5`` turns variance estimates into standard deviations. Every ``low`` must be > 0.
-    """
-    x = torch.as_tensor(x, dtype=torch.float64)
-    estimates = list(estimates)
-    if x.dim() != 1 or x.numel() < 2 or x.numel() != len(estimates):
-        raise ValueError(f"x must be 1-D with one entry per estimate (at least 2), got x of shape "
-                         f"{tuple(x.shape)} and {len(estimates)} estimates")
-    if not all(isinstance(e, Estimate) for e in estimates):
-        raise ValueError("estimates must be attnref.analysis.stats.Estimate objects")
-    if (x <= 0).any():
-        raise ValueError("x must be positive for a log–log slope")
-    if not math.isfinite(power) or power <= 0:
-        raise ValueError(f"power must be a finite number > 0, got {power!r}")
-    lows = [e.low for e in estimates]
-    if min(lows) <= 0:
-        raise ValueError(f"every estimate's interval must lie above 0 for a log–log slope, got lows {lows}")
-    log_y = torch.tensor([power * math.log(e.value) for e in estimates], dtype=torch.float64)       # log y_i
-    log_low = torch.tensor([power * math.log(e.low) for e in estimates], dtype=torch.float64)
-    log_high = torch.tensor([power * math.log(e.high) for e in estimates], dtype=torch.float64)
-    centred = x.log() - x.log().mean()                          # log x_i − mean
-    w = centred / (centred ** 2).sum()                          # w_i
-    slope = (w * log_y).sum().item()                            # Σ w_i log y_i
-    spread = torch.maximum(log_high - log_y, log_y - log_low)   # δ_i
-    bound = (w.abs() * spread).sum().item()                     # Σ |w_i| δ_i
-    return Estimate(slope, bound, min(e.samples for e in estimates), estimates[0].z)
-
-
 def student_t3_cdf(x: Tensor) -> Tensor:
     r"""CDF of the unit-variance Student :math:`t_3` law of :func:`standardised_components`:
     :math:`F(x) = \tfrac12 + \tfrac1\pi\big(\arctan x + x/(1 + x^2)\big)`."""
@@ -220,7 +178,7 @@ def clt_variance_misses(samples: Tensor, target: float, failure_probability: flo
 def loglog_slope_interval(x: Sequence[float] | Tensor, intervals: Sequence[Interval], power: float = 1.0) -> Interval:
     r"""Least-squares slope of :math:`\log y` against :math:`\log x` for :math:`y_i` = ``estimate``:sup:`power`
     of each :class:`~attnref.analysis.stats.Interval`, with the interval of slopes that the points'
-    intervals allow (the same construction as :func:`loglog_slope_estimate`). It holds whenever every
+    intervals allow (the slope is linear in the :math:`\log y_i`). It holds whenever every
     point's interval holds, so its failure probability is at most the sum of theirs (union bound);
     its bound is theirs."""
     intervals = list(intervals)

@@ -86,17 +86,6 @@ def variance_estimate(samples: Tensor, z: float = Z_DEFAULT) -> Estimate:
     return Estimate(variance, z * math.sqrt(spread / n), n, z)
 
 
-def proportion_estimate(successes: int, trials: int, z: float = Z_DEFAULT) -> Estimate:
-    """A proportion with the Wilson score interval (good near 0 and 1)."""
-    if trials <= 0 or not 0 <= successes <= trials:
-        raise ValueError(f"need 0 ≤ successes ≤ trials and trials > 0, got {successes}/{trials}")
-    p = successes / trials
-    denominator = 1 + z * z / trials
-    centre = (p + z * z / (2 * trials)) / denominator
-    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denominator
-    return Estimate(centre, half, trials, z)
-
-
 @dataclass(frozen=True)
 class Interval:
     """``estimate`` with an interval ``[low, high]`` that covers the true value with probability at

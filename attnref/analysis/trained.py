@@ -40,6 +40,7 @@ import torch
 
 from attnref import _validate as check
 from attnref.analysis import stats
+from attnref.analysis.logit_scale import attention_entropy
 
 Tensor = torch.Tensor
 
@@ -209,17 +210,11 @@ def kl_rows(p: Tensor, r: Tensor) -> Tensor:
     return (p * torch.log(ratio)).sum(dim=-1)
 
 
-def entropy_rows(p: Tensor) -> Tensor:
-    r"""The entropy of every row of probabilities, :math:`-\sum_j p_j \log p_j` (:math:`0 \log 0 = 0`); ``(...)``."""
-    check.weight_rows("weights", p)
-    return -(p * torch.where(p > 0, p, torch.ones_like(p)).log()).sum(-1)
-
-
 def cross_entropy_rows(p: Tensor, rows: Rows) -> Tensor:
     r"""The cross-entropy of every row, :math:`-\sum_j p_j \log r_j` with
     :math:`r = \mathrm{softmax}` of ``rows`` over its allowed keys; ``p (h, R, M)`` → ``(h, R)``.
 
-    The KL divergence is ``cross_entropy_rows(p, rows) − entropy_rows(p)``; through a
+    The KL divergence is ``cross_entropy_rows(p, rows) − attention_entropy(p)``; through a
     log-softmax it is exact where a weight of :math:`r` underflows. ``p`` must put no weight on
     a masked key (checked by :func:`kl_to_logits`, not here: this is the inner loop)."""
     if p.shape != rows.values.shape:
@@ -233,7 +228,7 @@ def kl_to_logits(p: Tensor, rows: Rows) -> Tensor:
     check.weight_rows("weights", p)
     if p.shape == rows.values.shape and (p.masked_select(~rows.mask) != 0).any():
         raise ValueError("p puts weight on a masked key")
-    return cross_entropy_rows(p, rows) - entropy_rows(p)
+    return cross_entropy_rows(p, rows) - attention_entropy(p)
 
 
 def total_variation_rows(p: Tensor, r: Tensor) -> Tensor:
