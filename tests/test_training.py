@@ -96,6 +96,23 @@ def test_models_are_float32_whatever_the_default_dtype(scores):
     assert under_float64["first_losses"] == float32_run["first_losses"]
 
 
+@pytest.mark.parametrize("given", [{"causal": True}, {"mask": "mask"}, {"key_mask": "key_mask"}],
+                         ids=lambda g: next(iter(g)))
+def test_variant_layer_refuses_a_mask_it_would_ignore(given):
+    """VariantLayer keeps TrainableLayer's forward(x, mask, key_mask, causal) signature but attends
+    over every token (bug caught: a mask or causal=True was accepted and silently ignored, the
+    output equal to the unmasked one)."""
+    layer = RecallModel(Spec(layers=1), TASK.keys, TASK.values, seed=0).layers[0]
+    x = torch.randn(2, 5, Spec().d, generator=torch.Generator().manual_seed(0))
+    masks = {"mask": torch.ones(5, 5, dtype=torch.bool).tril(),
+             "key_mask": torch.tensor([[True] * 4 + [False]] * 2)}
+    kwargs = {k: masks.get(v, v) for k, v in given.items()}
+    name = next(iter(given))
+    with pytest.raises(ValueError, match=name):
+        layer(x, **kwargs)
+    assert layer(x).shape == x.shape                    # without them it still runs
+
+
 def test_variants_share_initial_weights():
     a = RecallModel(Spec(), TASK.keys, TASK.values, seed=5)
     b = RecallModel(Spec(scores="cosine_learned"), TASK.keys, TASK.values, seed=5)

@@ -113,6 +113,13 @@ class VariantLayer(TrainableLayer):
 
     def forward(self, x: Tensor, mask: Tensor | None = None, key_mask: Tensor | None = None,
                 causal: bool = False) -> Tensor:
+        # The parameters keep TrainableLayer's signature, but the recall model attends over
+        # every token: a mask or causal flag would be ignored, so it is refused instead.
+        for name, given in (("mask", mask is not None), ("key_mask", key_mask is not None),
+                            ("causal", bool(causal))):
+            if given:
+                raise ValueError(f"VariantLayer does not support {name}: the recall model "
+                                 "attends over every token")
         w = self.weights()
         placement = self.spec.placement
         if placement == "pre":                                         # x + MHA(LN(x)), y + FFN(LN(y))
