@@ -29,6 +29,18 @@ PARITY_ATOL = 1e-12
 
 
 @pytest.fixture(autouse=True)
+def default_dtype_restored():
+    """Every test starts with the default dtype the previous one found: a test that runs a
+    notebook's set-up cell (``torch.set_default_dtype(torch.float64)``) must not change the
+    tests that an xdist worker runs after it. (torch is imported here, in the workers, only.)"""
+    import torch
+
+    previous = torch.get_default_dtype()
+    yield
+    torch.set_default_dtype(previous)
+
+
+@pytest.fixture(autouse=True)
 def no_network(monkeypatch):
     """Every test runs offline: connections and name lookups that would leave the machine raise
     ``netguard.NetworkBlocked`` before any packet is sent (loopback and Unix sockets work)."""

@@ -103,7 +103,7 @@ def test_variant_layer_refuses_a_mask_it_would_ignore(given):
     over every token (bug caught: a mask or causal=True was accepted and silently ignored, the
     output equal to the unmasked one)."""
     layer = RecallModel(Spec(layers=1), TASK.keys, TASK.values, seed=0).layers[0]
-    x = torch.randn(2, 5, Spec().d, generator=torch.Generator().manual_seed(0))
+    x = torch.randn(2, 5, Spec().d, generator=torch.Generator().manual_seed(0), dtype=torch.float32)
     masks = {"mask": torch.ones(5, 5, dtype=torch.bool).tril(),
              "key_mask": torch.tensor([[True] * 4 + [False]] * 2)}
     kwargs = {k: masks.get(v, v) for k, v in given.items()}
