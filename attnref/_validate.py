@@ -6,7 +6,9 @@ caller never meets a bare broadcasting error from torch or, worse, a silent wron
 * tensors: :func:`floating` (dtype, rank, NaN/inf), :func:`same_dtype` (and one device),
   :func:`dim_equal`, :func:`batch_compatible`, :func:`vector` (biases, gains);
 * scalars: :func:`positive_int`, :func:`real_number` (``scale``, ``eps``), :func:`boolean`
-  (``causal``, ``norm_first``), :func:`strength` (``beta``);
+  (``causal``, ``norm_first``, ``bias``), :func:`strength` (``beta``), :func:`axis` (``dim``),
+  :func:`floating_dtype` (``dtype``), :func:`instance` (weights dataclasses, configs);
+* values: :func:`has_values` (meta tensors carry shapes only), :func:`any_true`;
 * masks: :func:`mask`, :func:`key_mask`, :func:`combine_masks`;
 * attention weights: :func:`weight_rows`;
 """
@@ -19,6 +21,52 @@ import numbers
 import torch
 
 Tensor = torch.Tensor
+
+#: The half-precision formats. attnref computes scores, softmax and normalisation statistics of
+#: their inputs in float32 and returns results in the input's dtype (as transformers' Llama and
+#: x-transformers do); float32 and float64 inputs are computed in their own dtype.
+HALF_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def working_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype attnref computes in for inputs of ``dtype``: float32 for float16/bfloat16, else ``dtype``."""
+    return torch.float32 if dtype in HALF_PRECISION else dtype
+
+
+def has_values(x: Tensor) -> bool:
+    """False for a meta tensor: it has a shape and a dtype but no values to check."""
+    return x.device.type != "meta"
+
+
+def any_true(condition: Tensor) -> bool:
+    """``bool(condition.any())``, False on a meta tensor (no values: nothing to report)."""
+    return has_values(condition) and bool(condition.any())
+
+
+def instance(name: str, value: object, kind: type | tuple[type, ...]) -> object:
+    """``value`` is a ``kind`` (e.g. ``MultiHeadWeights``), or a ValueError naming what it is instead."""
+    if not isinstance(value, kind):
+        kinds = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise ValueError(f"{name} must be {kinds}, got {type(value).__name__}")
+    return value
+
+
+def floating_dtype(name: str, dtype: object) -> torch.dtype:
+    """A floating ``torch.dtype`` (``float16``, ``bfloat16``, ``float32``, ``float64``)."""
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"{name} must be a floating torch.dtype, got {dtype!r}")
+    return dtype
+
+
+def axis(name: str, value: object, x: Tensor, x_name: str) -> int:
+    """An int axis of ``x`` (``-x.dim() ≤ value < x.dim()``), not a bool or a string."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an int axis of {x_name} {shape_of(x)}, got {value!r} "
+                         f"({type(value).__name__})")
+    if not -x.dim() <= value < x.dim():
+        raise ValueError(f"{name} = {value} is out of range for {x_name} of shape {shape_of(x)} "
+                         f"(valid: {-x.dim()} … {x.dim() - 1})")
+    return int(value)
 
 
 def shape_of(x: Tensor) -> str:
@@ -33,7 +81,7 @@ def floating(name: str, x: Tensor, *, min_dim: int = 1, max_dim: int | None = No
         raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point():
         raise ValueError(
-            f"{name} must have a floating dtype (float32 or float64), got {x.dtype} "
+            f"{name} must have a floating dtype (float16, bfloat16, float32 or float64), got {x.dtype} "
             f"with shape {shape_of(x)}"
         )
     if exact_dim is not None and x.dim() != exact_dim:
@@ -95,6 +143,7 @@ def batch_compatible(names: tuple[str, ...], tensors: tuple[Tensor, ...], traili
 
 
 def positive_int(name: str, value: int) -> int:
+    """A positive Python int (not a bool, not a float such as 2.5 or 2.0)."""
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
     return value
@@ -161,7 +210,7 @@ def mask(value: Tensor, scores_shape: tuple[int, ...], dtype: torch.dtype, devic
     scores_shape = tuple(scores_shape)
     if broadcast_shapes(tuple(value.shape), scores_shape) != scores_shape:
         raise ValueError(f"{name} of shape {shape_of(value)} does not broadcast to {shape_name} = {scores_shape}")
-    if value.dtype != torch.bool:
+    if value.dtype != torch.bool and has_values(value):
         if torch.isnan(value).any() or torch.isposinf(value).any():
             raise ValueError(f"additive {name} of shape {shape_of(value)} contains NaN or +inf")
     return value

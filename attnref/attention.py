@@ -35,11 +35,25 @@ def softmax(logits: Tensor, dim: int = -1) -> Tensor:
     ``-inf`` logits mean "masked": they get weight 0. A row whose logits are all ``-inf`` (a
     fully masked query) gets all-zero weights — not NaN — so that its attention output is the
     zero vector. An empty row (no key at all, ``m = 0``) is the same case: its softmax is the
-    empty vector and its attention output the zero vector. ``+inf`` and NaN are rejected.
+    empty vector and its attention output the zero vector. ``+inf`` and NaN are rejected, and
+    ``dim`` must be an int axis of ``logits``.
+
+    Half precision: float16 and bfloat16 logits are exponentiated and normalised in float32 and
+    the weights rounded once to the input's dtype (as transformers' Llama and x-transformers
+    do, and as torch's CPU softmax does); float32 and float64 are computed in their own dtype.
+    A meta tensor (shape only) gives a meta result of the same shape.
     """
     check.floating("logits", logits, min_dim=1, allow_inf=True)
-    if torch.isposinf(logits).any():
+    dim = check.axis("dim", dim, logits, "logits")
+    if check.any_true(torch.isposinf(logits)):
         raise ValueError(f"logits contain +inf (shape {check.shape_of(logits)}); only -inf (masked) is allowed")
+    return _softmax(logits, dim)
+
+
+def _softmax(logits: Tensor, dim: int) -> Tensor:
+    """:func:`softmax` of checked logits (finite or ``-inf``), half precision computed in float32."""
+    if logits.dtype in check.HALF_PRECISION:
+        return _softmax(logits.float(), dim).to(logits.dtype)   # statistics in float32, one rounding
     if logits.shape[dim] == 0:
         return logits * 1.0                                       # m = 0: the empty distribution
     row_max = logits.amax(dim=dim, keepdim=True)
@@ -50,6 +64,28 @@ def softmax(logits: Tensor, dim: int = -1) -> Tensor:
     normaliser = exps.sum(dim=dim, keepdim=True)                  # ≥ 1 unless the row is fully masked
     normaliser = torch.where(normaliser > 0, normaliser, torch.ones_like(normaliser))
     return exps / normaliser
+
+
+def _upcast(*tensors: Tensor | None) -> tuple[Tensor | None, ...]:
+    """The tensors in attnref's working dtype: float32 for float16/bfloat16 (see :func:`softmax`)."""
+    return tuple(t if t is None or t.dtype not in check.HALF_PRECISION else t.float() for t in tensors)
+
+
+def _finite_scores(scores: Tensor, what: str) -> Tensor:
+    """Scores that overflowed (±inf, or NaN from inf − inf) name the inputs that made them."""
+    if check.any_true(~torch.isfinite(scores)):
+        raise ValueError(f"{what} overflow {scores.dtype} to ±inf (scores of shape {check.shape_of(scores)}): "
+                         "the inputs are too large for this dtype")
+    return scores
+
+
+def _softmax_of_masked(scores: Tensor, full_mask: Tensor | None, what: str) -> Tensor:
+    """``softmax(mask(scores))`` for finite scores; an additive mask that overflows them is named."""
+    masked = _masked(scores, full_mask)
+    if full_mask is not None and full_mask.dtype != torch.bool and check.any_true(torch.isposinf(masked)):
+        raise ValueError(f"{what} plus the additive mask overflow {scores.dtype} to +inf "
+                         f"(scores of shape {check.shape_of(scores)})")
+    return _softmax(masked, dim=-1)
 
 
 def scores_shape(query: Tensor, key: Tensor) -> tuple[int, ...]:
@@ -110,7 +146,8 @@ def attention_from_scores(scores: Tensor, value: Tensor, mask: Tensor | None = N
 
     :math:`\alpha_{ij} = \mathrm{softmax}_j(s_{ij})`, :math:`y_i = \sum_j \alpha_{ij} v_j`.
     ``scores (..., n, m)``, ``value (..., m, d_v)``; ``key_mask`` has the shape ``(..., m)`` of
-    the value positions.
+    the value positions. float16/bfloat16 inputs: softmax and ``@ value`` in float32, results
+    rounded to the input dtype (see :func:`softmax`).
     """
     check.floating("scores", scores, min_dim=2)
     check.floating("value", value, min_dim=2)
@@ -119,10 +156,16 @@ def attention_from_scores(scores: Tensor, value: Tensor, mask: Tensor | None = N
     check.batch_compatible(("scores", "value"), (scores, value))
     full_mask = combined_mask(tuple(scores.shape), scores.dtype, scores.device, mask, key_mask, causal,
                               "value", value)
-    scores = _masked(scores, full_mask)
-    weights = softmax(scores, dim=-1)     # (..., n, m)
+    return _attend(scores, value, full_mask, "scores")
+
+
+def _attend(scores: Tensor, value: Tensor, full_mask: Tensor | None, what: str) -> AttentionResult:
+    """``softmax(mask(scores)) @ value`` of finite scores, in the working dtype, rounded to ``value``'s."""
+    dtype = value.dtype
+    scores, value = _upcast(scores, value)
+    weights = _softmax_of_masked(scores, full_mask, what)   # (..., n, m)
     output = weights @ value              # (..., n, m) @ (..., m, d_v) -> (..., n, d_v)
-    return AttentionResult(output, weights)
+    return AttentionResult(output.to(dtype), weights.to(dtype))
 
 
 def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
@@ -160,6 +203,10 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
     Returns the output ``(..., n, d_v)`` and the weights ``(..., n, m)``. Empty in, empty out:
     ``n = 0`` gives empty results; ``m = 0`` (no key) gives ``(..., n, 0)`` weights and a zero
     output, like a fully masked query.
+
+    Half precision: for float16/bfloat16 inputs the scores, the softmax and ``@ V`` are computed
+    in float32 (scores beyond 65504 are fine) and the output and weights rounded to the input
+    dtype. Scores that overflow the working dtype raise ``ValueError`` naming query and key.
     """
     _check_qkv(query, key, value)
     d_k = query.shape[-1]
@@ -171,18 +218,27 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
     full_mask = combined_mask(scores_shape(query, key), query.dtype, query.device, mask, key_mask, causal,
                               "key", key)
     scale = 1.0 / math.sqrt(d_k) if scale is None else scale
+    dtype = query.dtype
+    query, key, value = _upcast(query, key, value)   # float16/bfloat16 -> float32
     scores = query @ key.transpose(-2, -1)   # (..., n, d_k) @ (..., d_k, m) -> (..., n, m)
     scores = scores * scale                  # divide by √d_k
-    scores = _masked(scores, full_mask)
-    weights = softmax(scores, dim=-1)        # (..., n, m)
+    _finite_scores(scores, f"the scores query @ keyᵀ · scale (query {check.shape_of(query)}, "
+                           f"key {check.shape_of(key)}, scale = {float(scale):.4g})")
+    weights = _softmax_of_masked(scores, full_mask, "the scores query @ keyᵀ · scale")   # (..., n, m)
     output = weights @ value                 # (..., n, m) @ (..., m, d_v) -> (..., n, d_v)
-    return AttentionResult(output, weights)
+    return AttentionResult(output.to(dtype), weights.to(dtype))
 
 
 def luong_dot_scores(query: Tensor, key: Tensor) -> Tensor:
-    r"""Luong et al. (2015) "dot" score :math:`e_{ij} = s_i \cdot h_j`; ``(..., n, m)``."""
+    r"""Luong et al. (2015) "dot" score :math:`e_{ij} = s_i \cdot h_j`; ``(..., n, m)``.
+
+    float16/bfloat16 inputs: computed in float32, returned in the input dtype (as every score
+    function here; a score beyond the dtype's range is returned as ±inf).
+    """
     _check_query_key(query, key)
-    return query @ key.transpose(-2, -1)     # (..., n, d) @ (..., d, m) -> (..., n, m)
+    dtype = query.dtype
+    query, key = _upcast(query, key)
+    return (query @ key.transpose(-2, -1)).to(dtype)     # (..., n, d) @ (..., d, m) -> (..., n, m)
 
 
 def luong_general_scores(query: Tensor, key: Tensor, weight: Tensor) -> Tensor:
@@ -197,8 +253,10 @@ def luong_general_scores(query: Tensor, key: Tensor, weight: Tensor) -> Tensor:
     check.dim_equal("weight rows must match the query width", "query", query, -1, "weight", weight, 0)
     check.dim_equal("weight columns must match the key width", "key", key, -1, "weight", weight, 1)
     check.batch_compatible(("query", "key"), (query, key))
+    dtype = query.dtype
+    query, key, weight = _upcast(query, key, weight)
     projected = query @ weight                   # (..., n, d_s) @ (d_s, d_h) -> (..., n, d_h)
-    return projected @ key.transpose(-2, -1)     # (..., n, d_h) @ (..., d_h, m) -> (..., n, m)
+    return (projected @ key.transpose(-2, -1)).to(dtype)   # (..., n, d_h) @ (..., d_h, m) -> (..., n, m)
 
 
 def additive_scores(query: Tensor, key: Tensor, w_query: Tensor, w_key: Tensor, v: Tensor,
@@ -207,7 +265,8 @@ def additive_scores(query: Tensor, key: Tensor, w_query: Tensor, w_key: Tensor, 
 
     Row form: ``query (..., n, d_s)``, ``key (..., m, d_h)``, ``w_query (d_s, d_a)``,
     ``w_key (d_h, d_a)``, ``v (d_a,)``. ``activation`` replaces tanh (e.g. the identity, to
-    study the linearised score).
+    study the linearised score): a callable from tensor to tensor of the same shape (a name
+    such as ``"tanh"`` raises ``ValueError``).
     """
     check.floating("query", query, min_dim=2)
     check.floating("key", key, min_dim=2)
@@ -220,28 +279,68 @@ def additive_scores(query: Tensor, key: Tensor, w_query: Tensor, w_key: Tensor, 
     check.dim_equal("w_query and w_key must map to the same width d_a", "w_query", w_query, 1, "w_key", w_key, 1)
     check.dim_equal("v must have the width d_a", "w_key", w_key, 1, "v", v, 0)
     check.batch_compatible(("query", "key"), (query, key))
+    if not callable(activation) or isinstance(activation, torch.Tensor):
+        raise ValueError(f"activation must be a callable such as torch.tanh, got {activation!r} "
+                         f"({type(activation).__name__})")
+    dtype = query.dtype
+    query, key, w_query, w_key, v = _upcast(query, key, w_query, w_key, v)
     query_term = query @ w_query                                # (..., n, d_s) @ (d_s, d_a) -> (..., n, d_a)
     key_term = key @ w_key                                      # (..., m, d_h) @ (d_h, d_a) -> (..., m, d_a)
     summed = query_term[..., :, None, :] + key_term[..., None, :, :]   # (..., n, m, d_a)
-    return activation(summed) @ v                               # (..., n, m, d_a) @ (d_a,) -> (..., n, m)
+    activated = activation(summed)                              # (..., n, m, d_a)
+    if not isinstance(activated, torch.Tensor) or activated.shape != summed.shape:
+        raise ValueError(f"activation must map a tensor of shape {check.shape_of(summed)} to one of the same "
+                         f"shape, got {getattr(activated, 'shape', type(activated).__name__)}")
+    return (activated @ v).to(dtype)                            # (..., n, m, d_a) @ (d_a,) -> (..., n, m)
 
 
-def _unit_rows(name: str, x: Tensor) -> Tensor:
-    norms = x.norm(dim=-1, keepdim=True)          # (..., rows, 1)
-    if (norms == 0).any():
-        raise ValueError(f"{name} of shape {check.shape_of(x)} has a zero row: its cosine is undefined")
-    return x / norms
+def _row_norms(x: Tensor) -> Tensor:
+    r"""Euclidean norms of the rows, ``(..., rows, 1)``, without overflow or underflow.
+
+    ``‖x‖`` squares the entries: beyond about 1e154 (float64) the squares overflow and below
+    1e-154 they underflow. Rows whose plain norm is inf or below :math:`\sqrt{\text{tiny}}/\varepsilon`
+    are recomputed as :math:`s\,\lVert x/s\rVert` with :math:`s = \max_a |x_a|` (entries in
+    ``[-1, 1]``); every other row keeps the plain norm bit for bit.
+    """
+    norms = x.norm(dim=-1, keepdim=True)                       # (..., rows, 1)
+    info = torch.finfo(x.dtype)
+    suspect = ~torch.isfinite(norms) | (norms < math.sqrt(info.tiny) / info.eps)
+    if not check.any_true(suspect):
+        return norms
+    spread = x.abs().amax(dim=-1, keepdim=True)                 # s: (..., rows, 1)
+    safe = torch.where(spread > 0, spread, torch.ones_like(spread))
+    rescaled = spread * (x / safe).norm(dim=-1, keepdim=True)  # s ‖x/s‖, 0 for a zero row
+    return torch.where(suspect, rescaled, norms)
+
+
+def _unit_rows(name: str, x: Tensor, allowed_zero: Tensor | None = None) -> Tensor:
+    """Rows divided by their norms; a zero row raises unless ``allowed_zero`` (``(..., rows)``) marks
+    it (it then stays zero: a key that ``key_mask`` removes)."""
+    norms = _row_norms(x)                                       # (..., rows, 1)
+    zero = norms == 0
+    refused = zero if allowed_zero is None else zero & ~allowed_zero[..., None]
+    if check.any_true(refused):
+        raise ValueError(f"{name} of shape {check.shape_of(x)} has a zero row (every entry exactly 0): "
+                         "its cosine is undefined")
+    return x / torch.where(zero, torch.ones_like(norms), norms)
 
 
 def cosine_scores(query: Tensor, key: Tensor) -> Tensor:
     r"""Cosine (content-based) score :math:`\cos(q_i, k_j) = q_i\cdot k_j / (\lVert q_i\rVert \lVert k_j\rVert)`.
 
     ``query (..., n, d)``, ``key (..., m, d)`` → ``(..., n, m)`` with entries in ``[-1, 1]``.
-    A zero row has no direction: it raises ``ValueError``.
+    A zero row has no direction: it raises ``ValueError``. Norms are computed without overflow
+    or underflow, so rows of any finite size (1e300 or 1e-300) have their cosine.
     """
     _check_query_key(query, key)
+    return _cosine(query, key).to(query.dtype)
+
+
+def _cosine(query: Tensor, key: Tensor, key_allowed_zero: Tensor | None = None) -> Tensor:
+    """Cosine scores in the working dtype (float32 for half precision)."""
+    query, key = _upcast(query, key)
     unit_q = _unit_rows("query", query)
-    unit_k = _unit_rows("key", key)
+    unit_k = _unit_rows("key", key, key_allowed_zero)
     return unit_q @ unit_k.transpose(-2, -1)      # (..., n, d) @ (..., d, m) -> (..., n, m)
 
 
@@ -252,12 +351,17 @@ def cosine_attention(query: Tensor, key: Tensor, value: Tensor, beta: float | Te
 
     ``beta`` is the key strength (an inverse temperature): a real number, or a tensor of
     shape ``(..., n, 1)`` (broadcastable with the scores) giving one strength per query.
-    Masks as in :func:`scaled_dot_product_attention`.
+    Masks as in :func:`scaled_dot_product_attention`. A zero key has no cosine: it raises
+    ``ValueError`` unless ``key_mask`` removes it (then it gets weight 0).
     """
     _check_qkv(query, key, value)
     beta = check.strength("beta", beta, scores_shape(query, key), query.dtype, query.device)
-    scores = cosine_scores(query, key)            # (..., n, m) in [-1, 1]
-    return attention_from_scores(beta * scores, value, mask, causal, key_mask)   # β sharpens or flattens
+    removed = None if key_mask is None else ~check.key_mask(key_mask, "key", key)[..., 0, :]   # (..., m)
+    scores = _cosine(query, key, removed)         # (..., n, m) in [-1, 1], zero keys only where removed
+    scores = beta * scores                        # β sharpens or flattens
+    _finite_scores(scores, f"beta times the cosine scores (beta of type {type(beta).__name__})")
+    full_mask = combined_mask(tuple(scores.shape), query.dtype, query.device, mask, key_mask, causal, "key", key)
+    return _attend(scores, value, full_mask, "beta times the cosine scores")
 
 
 def parameter_free_self_attention(x: Tensor, mask: Tensor | None = None, causal: bool = False,
@@ -265,16 +369,18 @@ def parameter_free_self_attention(x: Tensor, mask: Tensor | None = None, causal:
     r"""The basic self-attention with no parameters: :math:`y_i = \sum_j \mathrm{softmax}_j(x_i\cdot x_j)\, x_j`.
 
     ``x (..., n, d)`` is the query, the key and the value; no projection and no scaling.
-    Masks as in :func:`scaled_dot_product_attention` (``key_mask (..., n)``).
+    Masks as in :func:`scaled_dot_product_attention` (``key_mask (..., n)``), half precision too.
     """
     check.floating("x", x, min_dim=2)
     full_mask = combined_mask(tuple(x.shape[:-1]) + (x.shape[-2],), x.dtype, x.device, mask, key_mask,
                               causal, "x", x)
+    dtype = x.dtype
+    (x,) = _upcast(x)
     scores = x @ x.transpose(-2, -1)              # (..., n, d) @ (..., d, n) -> (..., n, n)
-    scores = _masked(scores, full_mask)
-    weights = softmax(scores, dim=-1)
+    _finite_scores(scores, f"the scores x @ xᵀ (x {check.shape_of(x)})")
+    weights = _softmax_of_masked(scores, full_mask, "the scores x @ xᵀ")
     output = weights @ x                          # (..., n, n) @ (..., n, d) -> (..., n, d)
-    return AttentionResult(output, weights)
+    return AttentionResult(output.to(dtype), weights.to(dtype))
 
 
 def linear_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None,
@@ -285,6 +391,7 @@ def linear_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | N
     :math:`\sum_j |v_j\rangle\langle k_j|` applied to each query. The weights returned are the raw,
     unnormalised scores ``Q Kᵀ``. Masks (boolean only: there is no softmax for an additive
     mask to act in) remove pairs ``(i, j)`` from the sum: their score is set to 0.
+    float16/bfloat16: scores and ``@ V`` in float32, results in the input dtype.
     """
     _check_qkv(query, key, value)
     if mask is not None and isinstance(mask, torch.Tensor) and mask.dtype != torch.bool:
@@ -292,11 +399,13 @@ def linear_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | N
                          f"{mask.dtype} with shape {check.shape_of(mask)}")
     full_mask = combined_mask(scores_shape(query, key), query.dtype, query.device, mask, key_mask, causal,
                               "key", key)
+    dtype = query.dtype
+    query, key, value = _upcast(query, key, value)
     scores = query @ key.transpose(-2, -1)        # (..., n, d_k) @ (..., d_k, m) -> (..., n, m)
     if full_mask is not None:
         scores = scores.masked_fill(~full_mask, 0.0)   # removed pairs contribute nothing
     output = scores @ value                       # (..., n, m) @ (..., m, d_v) -> (..., n, d_v)
-    return AttentionResult(output, scores)
+    return AttentionResult(output.to(dtype), scores.to(dtype))
 
 
 def _leaky_relu(x: Tensor, negative_slope: float) -> Tensor:
@@ -309,8 +418,8 @@ def gat_scores(nodes: Tensor, weight: Tensor, a: Tensor, negative_slope: float =
 
     Row form: ``nodes (..., N, d_in)``, ``weight (d_in, d')``, ``a (2 d',)``. Splitting
     ``a = [a_1; a_2]`` gives :math:`e_{ij} = \mathrm{LeakyReLU}(a_1^\top W h_i + a_2^\top W h_j)`.
-    ``nonlinearity=False`` drops the LeakyReLU. Mask non-edges with
-    :func:`attention_from_scores`.
+    ``negative_slope`` is a finite real; ``nonlinearity`` a bool (``False`` drops the LeakyReLU).
+    Mask non-edges with :func:`attention_from_scores`.
     """
     check.floating("nodes", nodes, min_dim=2)
     check.floating("weight", weight, exact_dim=2)
@@ -320,12 +429,16 @@ def gat_scores(nodes: Tensor, weight: Tensor, a: Tensor, negative_slope: float =
     if a.shape[0] != 2 * weight.shape[1]:
         raise ValueError(f"a must have 2·d' = {2 * weight.shape[1]} entries for weight {check.shape_of(weight)}, "
                          f"got shape {check.shape_of(a)}")
+    check.real_number("negative_slope", negative_slope)
+    check.boolean("nonlinearity", nonlinearity)
     d_out = weight.shape[1]
+    dtype = nodes.dtype
+    nodes, weight, a = _upcast(nodes, weight, a)
     z = nodes @ weight                            # (..., N, d_in) @ (d_in, d') -> (..., N, d')
     target_term = z @ a[:d_out]                   # a_1ᵀ W h_i: (..., N)
     source_term = z @ a[d_out:]                   # a_2ᵀ W h_j: (..., N)
     raw = target_term[..., :, None] + source_term[..., None, :]   # (..., N, N)
-    return _leaky_relu(raw, negative_slope) if nonlinearity else raw
+    return (_leaky_relu(raw, negative_slope) if nonlinearity else raw).to(dtype)
 
 
 def gatv2_scores(nodes: Tensor, weight: Tensor, a: Tensor, negative_slope: float = 0.2) -> Tensor:
@@ -343,7 +456,10 @@ def gatv2_scores(nodes: Tensor, weight: Tensor, a: Tensor, negative_slope: float
         raise ValueError(f"weight must have 2·d_in = {2 * d_in} rows for nodes {check.shape_of(nodes)}, "
                          f"got shape {check.shape_of(weight)}")
     check.dim_equal("a must have the width d'", "weight", weight, 1, "a", a, 0)
+    check.real_number("negative_slope", negative_slope)
+    dtype = nodes.dtype
+    nodes, weight, a = _upcast(nodes, weight, a)
     target_term = nodes @ weight[:d_in]           # (..., N, d_in) @ (d_in, d') -> (..., N, d')
     source_term = nodes @ weight[d_in:]           # (..., N, d_in) @ (d_in, d') -> (..., N, d')
     summed = target_term[..., :, None, :] + source_term[..., None, :, :]   # (..., N, N, d')
-    return _leaky_relu(summed, negative_slope) @ a                      # (..., N, N)
+    return (_leaky_relu(summed, negative_slope) @ a).to(dtype)          # (..., N, N)

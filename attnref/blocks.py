@@ -25,6 +25,7 @@ from typing import NamedTuple, Sequence
 
 import torch
 
+from attnref import _validate as check
 from attnref.attention import AttentionResult
 from attnref.layers import (EncoderLayer, encoder_layer, feed_forward, layer_norm, named_tensors,
                             replace_tensors)
@@ -33,16 +34,27 @@ from attnref.multihead import multi_head_attention
 Tensor = torch.Tensor
 
 
-def _layer(layer: object) -> EncoderLayer:
+def _layer(layer: object, name: str = "layer") -> EncoderLayer:
     if not isinstance(layer, EncoderLayer):
-        raise ValueError(f"layer must be an attnref.EncoderLayer, got {type(layer).__name__}")
+        raise ValueError(f"{name} must be an attnref.EncoderLayer, got {type(layer).__name__}")
     return layer
+
+
+def _input(x: Tensor, layer: EncoderLayer) -> Tensor:
+    """``x (..., n, d)``, checked under its own name before the sublayers see it (as ``query``)."""
+    check.floating("x", x, min_dim=2)
+    if x.shape[-1] != layer.d:
+        raise ValueError(f"x has shape {check.shape_of(x)}, expected width d = {layer.d} of the layer "
+                         f"(attention.w_q {check.shape_of(layer.attention.w_q)})")
+    check.same_dtype(x=x, **{"attention.w_q": layer.attention.w_q})
+    return x
 
 
 def post_ln_layer(x: Tensor, layer: EncoderLayer, mask: Tensor | None = None, key_mask: Tensor | None = None,
                   causal: bool = False) -> AttentionResult:
     r"""Post-LN layer: :math:`y = \mathrm{LN}_1(x + \mathrm{MHA}(x))`, :math:`z = \mathrm{LN}_2(y + \mathrm{FFN}(y))`."""
     layer = _layer(layer)
+    _input(x, layer)
     attended = multi_head_attention(x, layer.attention, mask=mask, key_mask=key_mask, causal=causal)
     y = layer_norm(x + attended.output, layer.norm_1)            # residual sum, then LayerNorm
     z = layer_norm(y + feed_forward(y, layer.ffn), layer.norm_2)
@@ -53,6 +65,7 @@ def pre_ln_layer(x: Tensor, layer: EncoderLayer, mask: Tensor | None = None, key
                  causal: bool = False) -> AttentionResult:
     r"""Pre-LN layer: :math:`y = x + \mathrm{MHA}(\mathrm{LN}_1(x))`, :math:`z = y + \mathrm{FFN}(\mathrm{LN}_2(y))`."""
     layer = _layer(layer)
+    _input(x, layer)
     normalised = layer_norm(x, layer.norm_1)                     # LN₁(x): (..., n, d)
     attended = multi_head_attention(normalised, layer.attention, mask=mask, key_mask=key_mask, causal=causal)
     y = x + attended.output                                      # identity path untouched
@@ -85,9 +98,17 @@ def stack_layers(x: Tensor, layers: Sequence[EncoderLayer], mask: Tensor | None 
 
     ``norm_first=None`` runs each layer in the placement its ``norm_first`` names; ``True`` or
     ``False`` runs every layer pre-LN or post-LN (one set of weights, both placements).
+    ``layers`` is a list or tuple of :class:`EncoderLayer` (one layer: ``[layer]``).
     """
     if norm_first is not None and not isinstance(norm_first, bool):
         raise ValueError(f"norm_first must be True, False or None, got {norm_first!r}")
+    if not isinstance(layers, (list, tuple)):
+        raise ValueError(f"layers must be a list or tuple of attnref.EncoderLayer, got {type(layers).__name__}"
+                         + (" (one layer: pass [layer])" if isinstance(layers, EncoderLayer) else ""))
+    for i, layer in enumerate(layers):
+        _layer(layer, f"layers[{i}]")
+    check.floating("x", x, min_dim=2)
+    check.boolean("causal", causal)
     hidden, weights = [x], []
     for layer in layers:
         first = _layer(layer).norm_first if norm_first is None else norm_first
@@ -106,7 +127,7 @@ class TrainableLayer(torch.nn.Module):
 
     def __init__(self, weights: EncoderLayer):
         super().__init__()
-        self._template = _layer(weights)
+        self._template = _layer(weights, "weights")
         self._names = tuple(named_tensors(weights))
         for name, tensor in named_tensors(weights).items():
             self.register_parameter(name.replace(".", "__"), torch.nn.Parameter(tensor.detach().clone()))

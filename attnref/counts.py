@@ -15,14 +15,24 @@ from dataclasses import dataclass
 from attnref import _validate as check
 
 
+def _optional_sizes(**sizes: int | None) -> None:
+    """``d_k``/``d_v``: ``None`` (the default ``d / h``) or a positive int."""
+    for name, size in sizes.items():
+        if size is not None:
+            check.positive_int(name, size)
+
+
 def attention_parameter_count(d: int, h: int, d_k: int | None = None, d_v: int | None = None,
                               bias: bool = True) -> int:
     r"""Parameters of one multi-head attention layer: :math:`h(2 d d_k + d d_v) + h d_v d` (+ biases).
 
     With :math:`d_k = d_v = d/h` this is :math:`4d^2 + 4d` (``torch.nn.MultiheadAttention``).
+    Sizes are positive ints and ``bias`` a bool (every count here), or ``ValueError``.
     """
     check.positive_int("d", d)
     check.positive_int("h", h)
+    _optional_sizes(d_k=d_k, d_v=d_v)
+    check.boolean("bias", bias)
     if d_k is None or d_v is None:
         if d % h:
             raise ValueError(f"d_model = {d} is not divisible by the number of heads h = {h}")
@@ -36,11 +46,16 @@ def attention_parameter_count(d: int, h: int, d_k: int | None = None, d_v: int |
 
 def feed_forward_parameter_count(d: int, d_ff: int, bias: bool = True) -> int:
     r""":math:`2 d\, d_{ff}` weights + :math:`d_{ff} + d` biases."""
+    check.positive_int("d", d)
+    check.positive_int("d_ff", d_ff)
+    check.boolean("bias", bias)
     return 2 * d * d_ff + ((d_ff + d) if bias else 0)
 
 
 def layer_norm_parameter_count(d: int, bias: bool = True) -> int:
     """Gain and bias: ``2d`` (``d`` without the bias, as ``torch.nn.LayerNorm(bias=False)``)."""
+    check.positive_int("d", d)
+    check.boolean("bias", bias)
     return 2 * d if bias else d
 
 
@@ -73,6 +88,15 @@ class TransformerConfig:
     final_layer_norms: bool = False  # torch.nn.Transformer adds one LayerNorm after each stack
     bias: bool = True            # biases of every Linear and LayerNorm (torch's `bias=` flag)
 
+    def __post_init__(self) -> None:
+        for name in ("n_layers", "d", "d_ff", "h"):
+            check.positive_int(name, getattr(self, name))
+        if isinstance(self.vocab, bool) or not isinstance(self.vocab, int) or self.vocab < 0:
+            raise ValueError(f"vocab must be an int ≥ 0 (0: no embeddings), got {self.vocab!r}")
+        _optional_sizes(d_k=self.d_k, d_v=self.d_v)
+        for name in ("shared_embeddings", "final_layer_norms", "bias"):
+            check.boolean(name, getattr(self, name))
+
 
 def transformer_parameter_count(config: TransformerConfig) -> dict[str, int]:
     """Parameters of an encoder–decoder Transformer, by part, with the total under ``"total"``.
@@ -81,7 +105,7 @@ def transformer_parameter_count(config: TransformerConfig) -> dict[str, int]:
     embedding = pre-softmax weight), ``3 · vocab · d`` for three separate ones. Positional
     encodings are sinusoidal: no parameters.
     """
-    c = config
+    c = check.instance("config", config, TransformerConfig)
     parts = {
         "embeddings": c.vocab * c.d * (1 if c.shared_embeddings else 3),
         "encoder": c.n_layers * encoder_layer_parameter_count(c.d, c.h, c.d_ff, c.d_k, c.d_v, c.bias),
@@ -132,6 +156,7 @@ def implied_vocabulary(config: TransformerConfig, millions: int) -> tuple[float,
     everything else), :math:`|P(V) - M\cdot 10^6| \le \tfrac12 10^6` gives
     :math:`V \in [((M - \tfrac12) 10^6 - P_0)/(k d),\ ((M + \tfrac12) 10^6 - P_0)/(k d)]`.
     """
+    check.instance("config", config, TransformerConfig)
     check.positive_int("millions", millions)
     parts = transformer_parameter_count(config)
     rest = parts["total"] - parts["embeddings"]                  # P_0

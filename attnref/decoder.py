@@ -38,15 +38,26 @@ Tensor = torch.Tensor
 def rms_norm(x: Tensor, gain: Tensor | None = None, eps: float = 1e-6) -> Tensor:
     r""":math:`x / \sqrt{\operatorname{mean}(x^2) + \varepsilon} \odot g` over the last dimension.
 
-    As in Llama, the statistic is computed in at least float32 (a float16 input is upcast for it).
+    As in Llama, the statistic is computed in at least float32 (a float16/bfloat16 input is
+    upcast for it, the normalised row rounded to the input's dtype before the gain).
+
+    NaN or ±inf in ``x`` raise ``ValueError`` (attnref does not propagate NaN), and so does a
+    zero row with ``eps = 0`` (0/0, as :func:`attnref.layer_norm` with a constant row).
     """
+    return _rms_norm(x, gain, eps, "gain")
+
+
+def _rms_norm(x: Tensor, gain: Tensor | None, eps: float, gain_name: str) -> Tensor:
+    """:func:`rms_norm` with the gain named as the caller knows it (``attention_norm``, ``ffn_norm``)."""
     check.floating("x", x)
     if x.shape[-1] == 0:
         raise ValueError(f"x must have a non-empty last dimension, got shape {tuple(x.shape)}")
     check.real_number("eps", eps, nonnegative=True)
-    check.vector("gain", gain, x.shape[-1], x, "x")
+    check.vector(gain_name, gain, x.shape[-1], x, "x")
     work = x if x.dtype in (torch.float32, torch.float64) else x.float()
     mean_square = work.pow(2).mean(dim=-1, keepdim=True)                 # (..., n, 1)
+    if eps == 0 and check.any_true(mean_square == 0):
+        raise ValueError(f"x of shape {check.shape_of(x)} has a zero row: RMSNorm with eps = 0 divides 0 by 0")
     normalised = (work * torch.rsqrt(mean_square + eps)).to(x.dtype)    # (..., n, d)
     return normalised if gain is None else normalised * gain
 
@@ -57,7 +68,8 @@ def silu(z: Tensor) -> Tensor:
 
 
 def swiglu(x: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
-    r""":math:`(\operatorname{silu}(x W_\text{gate}) \odot x W_\text{up}) W_\text{down}`; weights ``(in, out)``."""
+    r""":math:`(\operatorname{silu}(x W_\text{gate}) \odot x W_\text{up}) W_\text{down}`; weights ``(in, out)``,
+    all four tensors of one dtype."""
     check.floating("x", x)
     d = x.shape[-1]
     for name, w, rows in (("w_gate", w_gate, d), ("w_up", w_up, d)):
@@ -69,6 +81,7 @@ def swiglu(x: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
     check.floating("w_down", w_down)
     if w_down.dim() != 2 or w_down.shape[0] != w_gate.shape[1]:
         raise ValueError(f"w_down must have shape ({w_gate.shape[1]}, d), got {tuple(w_down.shape)}")
+    check.same_dtype(x=x, w_gate=w_gate, w_up=w_up, w_down=w_down)
     gate = silu(x @ w_gate)                  # (..., n, d) @ (d, d_ff) -> (..., n, d_ff)
     up = x @ w_up                            # (..., n, d_ff)
     return (gate * up) @ w_down              # (..., n, d_ff) @ (d_ff, d) -> (..., n, d)
@@ -131,7 +144,11 @@ def grouped_query_attention(x: Tensor, layer: DecoderLayerWeights, config: Decod
     r"""Causal grouped-query attention with rotary positions, on normalised inputs ``x`` (..., n, d).
 
     ``key_mask`` (..., n) bool: ``True`` = a real token (padding keys get weight 0).
+    ``positions`` default to ``0 … n−1``; float16/bfloat16 inputs are rotated with float64
+    tables (:func:`attnref.rope.rotate`) and attended in float32, results in the input dtype.
     """
+    check.instance("layer", layer, DecoderLayerWeights)
+    check.instance("config", config, DecoderConfig)
     check.floating("x", x, min_dim=2)
     if x.shape[-1] != config.d:
         raise ValueError(f"x must have width d = {config.d}, got shape {tuple(x.shape)}")
@@ -149,7 +166,7 @@ def grouped_query_attention(x: Tensor, layer: DecoderLayerWeights, config: Decod
     k = (x @ layer.w_k).unflatten(-1, (h_kv, d_k)).transpose(-3, -2)     # (..., h_kv, n, d_k)
     v = (x @ layer.w_v).unflatten(-1, (h_kv, d_k)).transpose(-3, -2)     # (..., h_kv, n, d_k)
     if positions is None:
-        positions = torch.arange(n, dtype=x.dtype, device=x.device)
+        positions = torch.arange(n, device=x.device)                     # int64: exact at any n
     if not isinstance(positions, torch.Tensor) or positions.dim() == 0 or positions.shape[-1] != n:
         raise ValueError(f"positions must be a tensor (..., n) with n = {n} (the tokens of x "
                          f"{check.shape_of(x)}), got {getattr(positions, 'shape', positions)!r}")
@@ -182,8 +199,19 @@ def decoder_block(x: Tensor, layer: DecoderLayerWeights, config: DecoderConfig,
                   positions: Tensor | None = None, key_mask: Tensor | None = None) -> BlockTrace:
     r"""Pre-norm block: :math:`y = x + \operatorname{GQA}(\operatorname{RMSNorm}(x))`,
     :math:`z = y + \operatorname{SwiGLU}(\operatorname{RMSNorm}(y))`."""
-    attention = grouped_query_attention(rms_norm(x, layer.attention_norm, config.eps), layer, config,
-                                        positions, key_mask)
+    check.instance("layer", layer, DecoderLayerWeights)
+    check.instance("config", config, DecoderConfig)
+    check.floating("x", x, min_dim=2)
+    if x.shape[-1] != config.d:
+        raise ValueError(f"x must have width d = {config.d}, got shape {tuple(x.shape)}")
+    for name in ("w_gate", "w_up", "w_down"):
+        check.floating(name, getattr(layer, name), exact_dim=2)
+    if layer.w_gate.shape != layer.w_up.shape or tuple(layer.w_gate.shape[:1]) != (config.d,) \
+            or tuple(layer.w_down.shape) != (layer.w_gate.shape[1], config.d):
+        raise ValueError(f"w_gate {check.shape_of(layer.w_gate)}, w_up {check.shape_of(layer.w_up)} and w_down "
+                         f"{check.shape_of(layer.w_down)} must be (d, d_ff), (d, d_ff), (d_ff, d) with d = {config.d}")
+    attention = grouped_query_attention(_rms_norm(x, layer.attention_norm, config.eps, "attention_norm"), layer,
+                                        config, positions, key_mask)
     y = x + attention.output                                             # the residual stream: nothing nonlinear on it
-    ffn = swiglu(rms_norm(y, layer.ffn_norm, config.eps), layer.w_gate, layer.w_up, layer.w_down)
+    ffn = swiglu(_rms_norm(y, layer.ffn_norm, config.eps, "ffn_norm"), layer.w_gate, layer.w_up, layer.w_down)
     return BlockTrace(y + ffn, attention.output, ffn, attention)

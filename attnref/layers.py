@@ -43,6 +43,7 @@ class LayerNormParams:
                 device: torch.device | str | None = None) -> "LayerNormParams":
         """γ = 1, β = 0 (torch's initialisation), as tensors of width ``d``."""
         check.positive_int("d", d)
+        check.floating_dtype("dtype", dtype)
         return cls(gain=torch.ones(d, dtype=dtype, device=device), bias=torch.zeros(d, dtype=dtype, device=device),
                    eps=eps)
 
@@ -65,6 +66,10 @@ def layer_norm(x: Tensor, params: LayerNormParams | None = None) -> Tensor:
     A constant row (σ = 0) maps to β, with the finite gradient :math:`\gamma \odot (I - \tfrac1d
     \mathbf 1 \mathbf 1^\top)/\sqrt\varepsilon` (torch's); with ε = 0 it is undefined and raises
     ``ValueError``. A row of width d = 0 raises ``ValueError``.
+
+    Half precision: for float16/bfloat16 inputs μ, σ, the normalisation and the affine part are
+    computed in float32 and the result rounded once to the input's dtype (as
+    ``torch.nn.LayerNorm`` does); float32 and float64 are computed in their own dtype.
     """
     params = LayerNormParams() if params is None else params
     if not isinstance(params, LayerNormParams):
@@ -75,6 +80,8 @@ def layer_norm(x: Tensor, params: LayerNormParams | None = None) -> Tensor:
         raise ValueError(f"x has shape {check.shape_of(x)}: LayerNorm over d = 0 entries is undefined")
     check.vector("gain", params.gain, d, x, "x")
     check.vector("bias", params.bias, d, x, "x")
+    dtype = x.dtype
+    x = x.float() if dtype in check.HALF_PRECISION else x    # statistics of half precision in float32
     # μ and σ are computed so that large offsets, tiny spreads and huge magnitudes lose no accuracy
     # (checked against a 50-digit reference in tests/test_accuracy.py):
     pivot = x[..., :1]                                       # one entry of each row: (..., 1)
@@ -90,14 +97,14 @@ def layer_norm(x: Tensor, params: LayerNormParams | None = None) -> Tensor:
     root = torch.sqrt(torch.where(constant, torch.ones_like(mean_square), mean_square))
     sigma = torch.where(constant, torch.zeros_like(mean_square), spread * root)   # σ (biased), no overflow
     denominator = torch.hypot(sigma, sigma.new_tensor(math.sqrt(params.eps)))     # √(σ² + ε)
-    if params.eps == 0 and bool(constant.any()):
+    if params.eps == 0 and check.any_true(constant):
         raise ValueError(f"x of shape {check.shape_of(x)} has a constant row: LayerNorm with eps = 0 divides 0 by 0")
     normalised = centred / denominator                       # (x − μ)/√(σ² + ε)
     if params.gain is not None:
-        normalised = normalised * params.gain                # γ ⊙ …
+        normalised = normalised * params.gain                # γ ⊙ … (float32 for half precision)
     if params.bias is not None:
         normalised = normalised + params.bias                # … + β
-    return normalised
+    return normalised.to(dtype)
 
 
 def gelu(x: Tensor) -> Tensor:
@@ -137,6 +144,8 @@ class FeedForward:
     def from_linears(cls, linear_1: torch.nn.Linear, linear_2: torch.nn.Linear,
                      activation: Activation = "relu") -> "FeedForward":
         """From two ``torch.nn.Linear`` layers, transposing their ``(out, in)`` weights."""
+        check.instance("linear_1", linear_1, torch.nn.Linear)
+        check.instance("linear_2", linear_2, torch.nn.Linear)
         def bias(linear: torch.nn.Linear) -> Tensor | None:
             return None if linear.bias is None else linear.bias.detach().clone()
         return cls(w_1=linear_1.weight.detach().T.clone(), b_1=bias(linear_1),
@@ -152,6 +161,8 @@ class FeedForward:
         """
         check.positive_int("d", d)
         check.positive_int("d_ff", d_ff)
+        check.boolean("bias", bias)
+        check.floating_dtype("dtype", dtype)
         source = device if generator is None else generator.device
 
         def draw(rows: int, columns: int) -> Tensor:
@@ -174,6 +185,7 @@ def feed_forward(x: Tensor, ffn: FeedForward) -> Tensor:
 
     ``φ`` is ReLU (Vaswani et al., 2017) or exact GELU (BERT). ``x (..., n, d)``.
     """
+    check.instance("ffn", ffn, FeedForward)
     check.floating("x", x, min_dim=1)
     check.same_dtype(x=x, w_1=ffn.w_1)
     check.dim_equal("x width must match w_1 rows", "x", x, -1, "w_1", ffn.w_1, 0)
@@ -241,6 +253,7 @@ class EncoderLayer:
     @classmethod
     def from_torch(cls, layer: torch.nn.TransformerEncoderLayer) -> "EncoderLayer":
         """Read a ``torch.nn.TransformerEncoderLayer`` (either ``norm_first``) with ReLU or GELU."""
+        check.instance("layer", layer, torch.nn.TransformerEncoderLayer)
         name = _activation_name(layer.activation)
 
         def norm(ln: torch.nn.LayerNorm) -> LayerNormParams:
@@ -291,6 +304,7 @@ class EncoderLayer:
         """A layer at a stated initialisation: attention from :meth:`MultiHeadWeights.random`
         (weights and biases N(0, 1/d)), FFN from :meth:`FeedForward.random` (N(0, 1/d),
         N(0, 1/d_ff), zero biases), LayerNorms γ = 1, β = 0."""
+        check.boolean("norm_first", norm_first)
         attention = MultiHeadWeights.random(d, h, generator=generator, dtype=dtype, device=device)
         ffn = FeedForward.random(d, d_ff, activation, generator=generator, dtype=dtype, device=device)
         where = attention.device
@@ -360,11 +374,17 @@ def sinusoidal_positional_encoding(n: int, d: int, dtype: torch.dtype = torch.fl
     r"""Sinusoidal positional encoding (Vaswani et al., 2017, §3.5), ``(n, d)``:
 
     .. math:: PE_{p, 2i} = \sin(p / 10000^{2i/d}), \qquad PE_{p, 2i+1} = \cos(p / 10000^{2i/d})
+
+    ``dtype`` is floating; float16/bfloat16 tables are computed in float64 and rounded once
+    (positions beyond 2048 are not representable in float16).
     """
     check.positive_int("n", n)
     check.positive_int("d", d)
+    check.floating_dtype("dtype", dtype)
     if d % 2:
         raise ValueError(f"d must be even for sinusoidal encodings, got d = {d}")
+    if dtype in check.HALF_PRECISION:
+        return sinusoidal_positional_encoding(n, d, torch.float64, device).to(dtype)
     positions = torch.arange(n, dtype=dtype, device=device)[:, None]                  # (n, 1)
     frequencies = 10000.0 ** (-torch.arange(0, d, 2, dtype=dtype, device=device) / d)  # (d/2,)
     angles = positions * frequencies                                         # (n, 1) * (d/2,) -> (n, d/2)

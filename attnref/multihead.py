@@ -91,6 +91,11 @@ class MultiHeadWeights:
         """
         check.positive_int("d", d)
         check.positive_int("h", h)
+        for name, width in (("d_k", d_k), ("d_v", d_v)):
+            if width is not None:
+                check.positive_int(name, width)
+        check.boolean("bias", bias)
+        check.floating_dtype("dtype", dtype)
         if d_k is None or d_v is None:
             if d % h != 0:
                 raise ValueError(f"d_model = {d} is not divisible by the number of heads h = {h}")
@@ -122,6 +127,7 @@ class MultiHeadWeights:
     @classmethod
     def from_torch(cls, module: torch.nn.MultiheadAttention) -> "MultiHeadWeights":
         """Read the weights of a ``torch.nn.MultiheadAttention`` (transposing ``(out, in)`` to row form)."""
+        check.instance("module", module, torch.nn.MultiheadAttention)
         if module.bias_k is not None or module.add_zero_attn:
             raise ValueError("MultiheadAttention with add_bias_kv or add_zero_attn is not supported")
         d, h = module.embed_dim, module.num_heads
@@ -212,11 +218,23 @@ def _mask(x_q: Tensor, x_k: Tensor, x_v: Tensor, h: int, mask: Tensor | None, ke
     A mask with one more axis than the scores ``(..., n, m)`` of the inputs is per head,
     ``(..., h, n, m)`` (every batch axis spelled out; size 1 broadcasts); otherwise it is shared
     by every head. Returns the combined mask and whether it is per head.
+
+    A shared mask whose axis before ``(n, m)`` has size ``h`` and meets a batch axis of size
+    ``h`` could be meant either way — one mask per head (``(h, n, m)`` with input ``(B, n, d)``,
+    ``B = h``) or one per batch element — and raises ``ValueError``: spell it ``(1, h, n, m)``
+    (per head) or ``(B, 1, n, m)`` (per batch element).
     """
     check.boolean("causal", causal)
     batch = check.broadcast_shapes(*(tuple(t.shape[:-2]) for t in (x_q, x_k, x_v)))
     n, m = x_q.shape[-2], x_k.shape[-2]
     per_head = isinstance(mask, torch.Tensor) and mask.dim() == len(batch) + 3
+    if (isinstance(mask, torch.Tensor) and not per_head and h > 1 and len(batch) >= 1
+            and mask.dim() == len(batch) + 2 and mask.shape[-3] == h and batch[-1] == h):
+        raise ValueError(
+            f"mask of shape {check.shape_of(mask)} with query {check.shape_of(x_q)} is ambiguous: its axis of "
+            f"size {h} could be the h = {h} heads or the batch axis of size {batch[-1]}. Pass one mask per "
+            f"head as {(1,) * len(batch) + (h, n, m)} or one per batch element as "
+            f"{tuple(batch) + (1, n, m)}")
     if mask is not None:
         shape = tuple(batch) + ((h,) if per_head else ()) + (n, m)
         name = "the per-head scores' shape (..., h, n, m)" if per_head else "the scores' shape (..., n, m)"

@@ -45,6 +45,15 @@ Functions
 
 Every function builds its tensors on the device and in the dtype of its input (or of the
 ``dtype``/``device`` arguments), never on the CPU behind the caller's back.
+
+**Half precision.** float16 cannot tell position 4097 from 4096, and a float16 angle
+:math:`t\theta_p` at :math:`t = 2048` is off by up to 1 radian. For float16/bfloat16 the positions,
+angles and ``cos``/``sin`` tables are therefore computed in float64, :func:`rotate` multiplies in
+float32 and rounds the result once to the input's dtype; tables asked for in a half dtype
+(:func:`angles`, :func:`cos_sin`) are computed in float64 and rounded once. float32 and float64
+are computed in their own dtype.
+
+**NaN.** NaN or ±inf in ``x`` or in the positions raise ``ValueError`` (attnref does not propagate NaN).
 """
 
 from __future__ import annotations
@@ -91,6 +100,11 @@ def _floating_dtype(name: str, dtype) -> torch.dtype:
     return dtype
 
 
+def _table_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the tables are computed in: float64 for float16/bfloat16, else ``dtype`` itself."""
+    return dtype if dtype in (torch.float32, torch.float64) else torch.float64
+
+
 def _positions(positions, n: int | None, dtype: torch.dtype, device) -> Tensor:
     """Positions as a floating tensor of shape ``(..., n)`` on ``device``; ``None`` → ``0 … n−1``."""
     if positions is None:
@@ -113,7 +127,7 @@ def _positions(positions, n: int | None, dtype: torch.dtype, device) -> Tensor:
         raise ValueError(f"positions of shape {tuple(positions.shape)} do not match the n = {n} tokens "
                          f"of x (its last dimension must be {n})")
     positions = positions.to(dtype)
-    if not torch.isfinite(positions).all():
+    if positions.device.type != "meta" and not torch.isfinite(positions).all():
         raise ValueError(f"positions must be finite, got shape {tuple(positions.shape)} with NaN or ±inf")
     return positions
 
@@ -145,9 +159,10 @@ def angles(positions: Tensor, d_k: int, base: float = 10000.0, *, dtype: torch.d
         if dtype is None and positions.is_floating_point():
             dtype = positions.dtype
     dtype = _floating_dtype("dtype", dtype)
-    positions = _positions(positions, None, dtype, device)                          # (..., n)
-    theta = frequencies(d_k, base, dtype=dtype, device=positions.device)           # (d_k/2,)
-    return positions[..., None] * theta                                             # (..., n, 1)(d_k/2,) -> (..., n, d_k/2)
+    work = _table_dtype(dtype)
+    positions = _positions(positions, None, work, device)                           # (..., n)
+    theta = frequencies(d_k, base, dtype=work, device=positions.device)            # (d_k/2,)
+    return (positions[..., None] * theta).to(dtype)                                 # (..., n, 1)(d_k/2,) -> (..., n, d_k/2)
 
 
 def cos_sin(positions: Tensor, d_k: int, base: float = 10000.0, *, dtype: torch.dtype | None = None,
@@ -155,9 +170,12 @@ def cos_sin(positions: Tensor, d_k: int, base: float = 10000.0, *, dtype: torch.
     r"""The tables :math:`\cos(t\theta)` and :math:`\sin(t\theta)` in Llama's layout: each of shape
     ``(..., n, d_k)``, the angles of the ``d_k/2`` pairs repeated as ``[θ_0 … θ_{d_k/2−1}, θ_0 …]``
     (what ``LlamaRotaryEmbedding.forward`` returns, and ``apply_rotary_pos_emb`` takes)."""
-    half = angles(positions, d_k, base, dtype=dtype, device=device)               # (..., n, d_k/2)
+    if isinstance(positions, torch.Tensor) and dtype is None and positions.is_floating_point():
+        dtype = positions.dtype
+    dtype = _floating_dtype("dtype", dtype)
+    half = angles(positions, d_k, base, dtype=_table_dtype(dtype), device=device)  # (..., n, d_k/2)
     both = torch.cat((half, half), dim=-1)                                          # (..., n, d_k)
-    return both.cos(), both.sin()
+    return both.cos().to(dtype), both.sin().to(dtype)
 
 
 # --- the rotation --------------------------------------------------------------------------------
@@ -179,7 +197,9 @@ def rotate(x: Tensor, positions: Tensor | None = None, base: float = 10000.0) ->
     ``x``: ``(..., n, d_k)`` queries or keys (``d_k`` even, floating). ``positions``: ``(n,)``
     or ``(..., n)`` broadcasting with ``x``'s leading dimensions (integer or real); default
     ``0, …, n − 1``. The result has ``x``'s shape, dtype and device. The cos/sin tables are
-    computed in ``x``'s dtype (float64 in every check of the book).
+    computed in ``x``'s dtype (float64 in every check of the book) — for float16/bfloat16 in
+    float64, with the rotation in float32 and one rounding to ``x``'s dtype. NaN or ±inf in ``x``
+    raise ``ValueError``.
     """
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"x must be a torch.Tensor of shape (..., n, d_k), got {type(x).__name__}")
@@ -191,13 +211,19 @@ def rotate(x: Tensor, positions: Tensor | None = None, base: float = 10000.0) ->
     if isinstance(d_k, int) and d_k % 2:
         raise ValueError(f"x must have an even last dimension d_k (pairs of coordinates), got shape {tuple(x.shape)}")
     _head_width(d_k)
-    positions = _positions(positions, x.shape[-2], x.dtype, x.device)             # (..., n)
+    if x.device.type != "meta" and not bool(torch.isfinite(x).all()):
+        raise ValueError(f"x of shape {tuple(x.shape)} contains NaN or ±inf; attnref does not propagate NaN")
+    table = _table_dtype(x.dtype)                                                   # float64 for half precision
+    positions = _positions(positions, x.shape[-2], table, x.device)               # (..., n)
     batch = tuple(positions.shape[:-1])
     leading = tuple(x.shape[:-2])
     if len(batch) > len(leading) or any(p not in (1, l) for p, l in zip(reversed(batch), reversed(leading))):
         raise ValueError(f"positions of shape {tuple(positions.shape)} do not broadcast with x of shape "
                          f"{tuple(x.shape)} (leading dimensions {leading})")
     cos, sin = cos_sin(positions, d_k, base)                                        # (..., n, d_k) each
+    if table != x.dtype:                                                            # half precision
+        work, cos, sin = x.float(), cos.float(), sin.float()
+        return (work * cos + rotate_half(work) * sin).to(x.dtype)                   # (..., n, d_k), one rounding
     return x * cos + rotate_half(x) * sin                                           # (..., n, d_k)
 
 
