@@ -9,20 +9,29 @@ probability at least ``1 − failure_probability`` (at most
   :func:`median_of_means`;
 * finite-sample, for a whole distribution: :func:`dkw_distance` (Dvoretzky–Kiefer–Wolfowitz
   with Massart's constant) for the Kolmogorov–Smirnov distance to a known CDF;
-* exact, for a proportion: :func:`clopper_pearson`;
+* exact, for a proportion: :func:`clopper_pearson`; for a quantile: :func:`quantile_interval`;
+  and the exact binomial tail :func:`binomial_upper_tail`;
 * asymptotic, named so in the evidence: :func:`clt_mean`, :func:`clt_variance` (the latter
   needs a finite fourth moment, which the caller must establish).
 
 The older ``mean_estimate``/``variance_estimate`` (z = 5 CLT bands with a plug-in standard
-error) are asymptotic too; new checks use the functions above.
+error) are asymptotic too; new checks use the functions above. An asymptotic interval's
+``failure_probability`` is the nominal level, not a guarantee: :attr:`Interval.guaranteed` says
+which is which.
+
+Distribution functions (binomial, beta, normal) come from ``scipy.stats`` (imported inside the
+functions that need them: the import costs a notebook about a second) or, for the normal quantile,
+from :mod:`statistics`; the bound formulas the book explains are written out here.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 Tensor = torch.Tensor
@@ -86,10 +95,18 @@ def variance_estimate(samples: Tensor, z: float = Z_DEFAULT) -> Estimate:
     return Estimate(variance, z * math.sqrt(spread / n), n, z)
 
 
+#: Bounds (labels of :attr:`Interval.bound`) that hold for every sample size: their failure
+#: probability is a guarantee. The others ("CLT (asymptotic)", "bootstrap (asymptotic)",
+#: "t (asymptotic)") hold only in a limit, or under an assumption the data do not show.
+GUARANTEED_BOUNDS = frozenset({"exact", "Hoeffding", "Bernstein", "empirical Bernstein", "DKW", "median of means",
+                               "Chebyshev", "Clopper–Pearson"})
+
+
 @dataclass(frozen=True)
 class Interval:
     """``estimate`` with an interval ``[low, high]`` that covers the true value with probability at
-    least ``1 − failure_probability``, by the named ``bound`` (see :data:`attnref.book.claims.BOUNDS`)."""
+    least ``1 − failure_probability``, by the named ``bound`` (see :data:`attnref.book.claims.BOUNDS`).
+    For an asymptotic bound (``guaranteed`` is False) that probability is only the nominal level."""
 
     estimate: float
     low: float
@@ -101,6 +118,12 @@ class Interval:
     @property
     def half_width(self) -> float:
         return max(self.estimate - self.low, self.high - self.estimate)
+
+    @property
+    def guaranteed(self) -> bool:
+        """Whether ``failure_probability`` is guaranteed at this sample size (a finite-sample or
+        exact bound, :data:`GUARANTEED_BOUNDS`), not only asymptotically."""
+        return self.bound in GUARANTEED_BOUNDS
 
     def contains(self, target: float) -> bool:
         return self.low <= target <= self.high
@@ -125,8 +148,9 @@ def _range(samples: Tensor, low: float, high: float) -> None:
 
 
 def hoeffding_mean(samples: Tensor, low: float, high: float, failure_probability: float = 1e-7) -> Interval:
-    r"""Hoeffding: for i.i.d. samples in :math:`[a, b]`,
-    :math:`P(|\bar X - \mu| > (b-a)\sqrt{\ln(2/\delta)/2N}) \le \delta`."""
+    r"""Hoeffding (1963, Theorem 2, both tails): for i.i.d. samples in :math:`[a, b]`,
+    :math:`P(|\bar X - \mu| > (b-a)\sqrt{\ln(2/\delta)/2N}) \le \delta`
+    (each tail is at most :math:`\exp(-2N t^2/(b-a)^2) = \delta/2`)."""
     x = _flat(samples)
     delta = _delta(failure_probability)
     _range(x, low, high)
@@ -137,10 +161,15 @@ def hoeffding_mean(samples: Tensor, low: float, high: float, failure_probability
 
 
 def empirical_bernstein_mean(samples: Tensor, low: float, high: float, failure_probability: float = 1e-7) -> Interval:
-    r"""Empirical Bernstein (Maurer & Pontil 2009, Theorem 4, two-sided): for i.i.d. samples in
-    :math:`[a, b]` with sample variance :math:`V`,
+    r"""Empirical Bernstein (Maurer & Pontil 2009, "Empirical Bernstein bounds and sample variance
+    penalization", Theorem 4), two-sided: for i.i.d. samples in :math:`[a, b]` with the sample
+    variance :math:`V = \sum_i (X_i - \bar X)^2 / (N-1)`,
     :math:`|\bar X - \mu| \le \sqrt{2 V \ln(4/\delta)/N} + 7 (b-a) \ln(4/\delta) / (3(N-1))`
-    with probability at least :math:`1 - \delta`. Tighter than Hoeffding when the variance is small."""
+    with probability at least :math:`1 - \delta`. Theorem 4 is one-sided, for samples in
+    :math:`[0, 1]`: :math:`\mu - \bar X \le \sqrt{2 V \ln(2/\delta')/N} + 7 \ln(2/\delta') / (3(N-1))`
+    with probability :math:`1 - \delta'`; it is applied to :math:`(X - a)/(b - a)` and to
+    :math:`(b - X)/(b - a)` with :math:`\delta' = \delta/2` each (a union bound), hence
+    :math:`\ln(4/\delta)`. Tighter than Hoeffding when the variance is small."""
     x = _flat(samples)
     delta = _delta(failure_probability)
     _range(x, low, high)
@@ -153,11 +182,17 @@ def empirical_bernstein_mean(samples: Tensor, low: float, high: float, failure_p
 
 
 def median_of_means(samples: Tensor, variance_bound: float, failure_probability: float = 1e-7) -> Interval:
-    r"""Median of means (Lugosi & Mendelson 2019, Theorem 2): split the N samples into
-    :math:`k = \lceil 8 \ln(1/\delta) \rceil` blocks; if :math:`\mathrm{Var}\,X \le \sigma^2`, the median
-    of the block means is within :math:`\sigma \sqrt{32 \ln(1/\delta) / N}` of the mean with
-    probability at least :math:`1 - \delta`. Needs only a finite variance (heavy tails allowed),
-    but the variance bound must be known (derived), not estimated from the same samples."""
+    r"""Median of means (Lugosi & Mendelson 2019, "Mean estimation and regression under heavy-tailed
+    distributions: a survey", Theorem 2 and its proof): split the first :math:`N = k m` samples into
+    :math:`k = \lceil 8 \ln(1/\delta) \rceil` blocks of :math:`m`; if :math:`\mathrm{Var}\,X \le \sigma^2`,
+    the median of the block means is within :math:`2 \sigma \sqrt{k / N}` of the mean with
+    probability at least :math:`1 - \delta`. (Chebyshev: a block mean is off by more than
+    :math:`2\sigma/\sqrt m` with probability at most 1/4; Hoeffding: at least :math:`k/2` of the
+    :math:`k` blocks are off with probability at most :math:`e^{-k/8} \le \delta`.) The theorem
+    writes the radius as :math:`\sigma \sqrt{32 \ln(1/\delta) / N}`, which is the same when
+    :math:`8 \ln(1/\delta)` is a whole number and smaller otherwise (the proof does not cover
+    the smaller one). Needs only a finite variance (heavy tails allowed), but the variance bound
+    must be known (derived), not estimated from the same samples."""
     x = _flat(samples)
     delta = _delta(failure_probability)
     if not (variance_bound > 0 and math.isfinite(variance_bound)):
@@ -169,15 +204,17 @@ def median_of_means(samples: Tensor, variance_bound: float, failure_probability:
     usable = (n // blocks) * blocks
     block_means = x[:usable].reshape(blocks, -1).mean(dim=1)        # (blocks,)
     estimate = block_means.median().item()
-    half = math.sqrt(variance_bound) * math.sqrt(32 * math.log(1 / delta) / usable)
+    half = 2 * math.sqrt(variance_bound) * math.sqrt(blocks / usable)   # 2σ/√m, m = usable / blocks
     return Interval(estimate, estimate - half, estimate + half, "median of means", delta, usable)
 
 
 def dkw_distance(samples: Tensor, cdf, failure_probability: float = 1e-7) -> tuple[float, float]:
     r"""The Kolmogorov–Smirnov distance :math:`D = \sup_x |F_N(x) - F(x)|` of the samples to a
     continuous CDF ``cdf`` (a callable on a float64 tensor), and the DKW bound
-    :math:`\varepsilon = \sqrt{\ln(2/\delta) / 2N}` (Massart 1990): if the samples are i.i.d. with CDF
-    :math:`F`, :math:`P(D > \varepsilon) \le \delta` for every N. Returns ``(D, ε)``."""
+    :math:`\varepsilon = \sqrt{\ln(2/\delta) / 2N}` (Dvoretzky–Kiefer–Wolfowitz with Massart's
+    constant, Massart 1990, "The tight constant in the DKW inequality": :math:`P(D > \varepsilon) \le
+    2 e^{-2N\varepsilon^2}`): if the samples are i.i.d. with CDF :math:`F`,
+    :math:`P(D > \varepsilon) \le \delta` for every N. Returns ``(D, ε)``."""
     x = _flat(samples)
     delta = _delta(failure_probability)
     n = x.numel()
@@ -188,20 +225,26 @@ def dkw_distance(samples: Tensor, cdf, failure_probability: float = 1e-7) -> tup
 
 
 def clopper_pearson(successes: int, trials: int, failure_probability: float = 1e-7) -> Interval:
-    """The exact (Clopper–Pearson) interval for a binomial proportion."""
-    from scipy.stats import beta   # lazy: only the proportion checks need scipy
+    r"""The exact (Clopper–Pearson 1934) interval for a binomial proportion: with :math:`x` successes
+    in :math:`n` trials, ``low`` solves :math:`P(B \ge x \mid p = \text{low}) = \delta/2` and ``high``
+    solves :math:`P(B \le x \mid p = \text{high}) = \delta/2`, i.e. the beta quantiles
+    :math:`\mathrm{Beta}(x, n - x + 1)_{\delta/2}` and :math:`\mathrm{Beta}(x + 1, n - x)_{1 - \delta/2}`
+    (0 and 1 when :math:`x = 0` or :math:`x = n`)."""
+    from scipy.stats import beta   # here, not at the top: importing scipy.stats costs about a second
 
     delta = _delta(failure_probability)
     if trials <= 0 or not 0 <= successes <= trials:
         raise ValueError(f"need 0 ≤ successes ≤ trials and trials > 0, got {successes}/{trials}")
     low = 0.0 if successes == 0 else float(beta.ppf(delta / 2, successes, trials - successes + 1))
-    high = 1.0 if successes == trials else float(beta.ppf(1 - delta / 2, successes + 1, trials - successes))
+    # the upper quantile from the upper tail (isf): 1 − δ/2 in float64 would lose digits of a small δ
+    high = 1.0 if successes == trials else float(beta.isf(delta / 2, successes + 1, trials - successes))
     return Interval(successes / trials, low, high, "Clopper–Pearson", delta, trials)
 
 
 def normal_quantile(failure_probability: float) -> float:
-    """The two-sided standard-normal quantile z with P(|Z| > z) = failure_probability."""
-    return statistics.NormalDist().inv_cdf(1 - _delta(failure_probability) / 2)
+    """The two-sided standard-normal quantile z with P(|Z| > z) = failure_probability (from the lower
+    tail, −Φ⁻¹(δ/2): 1 − δ/2 in float64 would lose digits of a small δ)."""
+    return -statistics.NormalDist().inv_cdf(_delta(failure_probability) / 2)
 
 
 def clt_mean(samples: Tensor, failure_probability: float = 1e-7) -> Interval:
@@ -235,11 +278,38 @@ def loglog_slope(x: Tensor, y: Tensor) -> float:
 
 
 def _log_binomial_cdf(n: int, p: float) -> Tensor:
-    """``log P(B ≤ k)`` for ``k = 0, …, n``, B ~ Binomial(n, p), in float64 (log-space, no scipy)."""
-    k = torch.arange(n + 1, dtype=torch.float64)
-    log_pmf = (torch.lgamma(torch.tensor(n + 1.0, dtype=torch.float64)) - torch.lgamma(k + 1) - torch.lgamma(n - k + 1)
-               + k * math.log(p) + (n - k) * math.log1p(-p))
-    return torch.logcumsumexp(log_pmf, dim=0)
+    """``log P(B ≤ k)`` for ``k = 0, …, n``, B ~ Binomial(n, p), in float64 (``scipy.stats.binom``;
+    ``-inf`` where the probability is below the smallest float64, about 1e-308)."""
+    from scipy.stats import binom   # here, not at the top: importing scipy.stats costs about a second
+
+    return torch.from_numpy(binom.logcdf(np.arange(n + 1), n, p)).double()
+
+
+def _log_binomial_sf(n: int, p: float) -> Tensor:
+    """``log P(B > k)`` for ``k = 0, …, n``, B ~ Binomial(n, p), in float64 (``scipy.stats.binom``;
+    accurate where ``P(B > k)`` is far below the rounding of ``1 − P(B ≤ k)``)."""
+    from scipy.stats import binom
+
+    return torch.from_numpy(binom.logsf(np.arange(n + 1), n, p)).double()
+
+
+@functools.lru_cache(maxsize=256)
+def _order_statistic_ranks(n: int, quantile: float, delta: float) -> tuple[int, int]:
+    """The 1-based ranks ``(l, u)`` of :func:`quantile_interval` (they depend on N, q and δ only)."""
+    log_cdf = _log_binomial_cdf(n, quantile)                    # log P(B ≤ k), B = #{X_i ≤ ξ_q}
+    log_half = math.log(delta / 2)
+    # Lower rank l (1-based): the largest l with P(B ≤ l − 1) ≤ δ/2, i.e. P(X_(l) > ξ) ≤ δ/2.
+    below = torch.nonzero(log_cdf <= log_half).flatten()
+    # Upper rank u: the smallest u with P(B ≥ u) = 1 − P(B ≤ u − 1) ≤ δ/2.
+    log_upper_tail = _log_binomial_sf(n, quantile)              # log P(B > k) = log P(B ≥ k + 1)
+    # k = n is left out: P(B > n) = 0 would pick the rank n + 1, past the last sample.
+    above = torch.nonzero(log_upper_tail[:-1] <= log_half).flatten()
+    if below.numel() == 0 or above.numel() == 0:
+        raise ValueError(f"{n} samples are too few for a {quantile:g}-quantile interval with failure probability "
+                         f"{delta:g}")
+    lower_rank = int(below.max().item()) + 1                    # P(B ≤ l − 1) ≤ δ/2 with l − 1 = index
+    upper_rank = int(above.min().item()) + 1                    # P(B ≥ u) ≤ δ/2 with u − 1 = index
+    return lower_rank, upper_rank
 
 
 def quantile_interval(samples: Tensor, quantile: float = 0.5, failure_probability: float = 1e-7) -> Interval:
@@ -254,36 +324,23 @@ def quantile_interval(samples: Tensor, quantile: float = 0.5, failure_probabilit
         raise ValueError(f"quantile must be in (0, 1), got {quantile!r}")
     n = x.numel()
     ordered = x.sort().values
-    log_cdf = _log_binomial_cdf(n, quantile)                    # log P(B ≤ k), B = #{X_i ≤ ξ_q}
-    log_half = math.log(delta / 2)
-    # Lower rank l (1-based): the largest l with P(B ≤ l − 1) ≤ δ/2, i.e. P(X_(l) > ξ) ≤ δ/2.
-    below = torch.nonzero(log_cdf <= log_half).flatten()
-    # Upper rank u: the smallest u with P(B ≥ u) = 1 − P(B ≤ u − 1) ≤ δ/2.
-    log_upper_tail = torch.log1p(-log_cdf.exp().clamp(max=1.0))   # log P(B > k) = log P(B ≥ k + 1)
-    # k = n is left out: P(B > n) = 0 would pick the rank n + 1, past the last sample.
-    above = torch.nonzero(log_upper_tail[:-1] <= log_half).flatten()
-    if below.numel() == 0 or above.numel() == 0:
-        raise ValueError(f"{n} samples are too few for a {quantile:g}-quantile interval with failure probability "
-                         f"{delta:g}")
-    lower_rank = int(below.max().item()) + 1                    # P(B ≤ l − 1) ≤ δ/2 with l − 1 = index
-    upper_rank = int(above.min().item()) + 1                    # P(B ≥ u) ≤ δ/2 with u − 1 = index
+    lower_rank, upper_rank = _order_statistic_ranks(n, quantile, delta)
     estimate = ordered[max(math.ceil(quantile * n), 1) - 1].item()
     return Interval(estimate, ordered[lower_rank - 1].item(), ordered[upper_rank - 1].item(), "exact", delta, n)
 
 
 def binomial_upper_tail(successes: int, trials: int, probability: float) -> float:
     r""":math:`P(B \ge \text{successes})` for :math:`B \sim \mathrm{Binomial}(\text{trials}, \text{probability})`,
-    exactly (log-space sums, no scipy). As a test: if it is at most δ, the hypothesis "the rate is at
-    most ``probability``" is rejected with failure probability at most δ (the exact one-sided test
+    exactly (``scipy.stats.binom.sf``, accurate for tails far below 10⁻¹⁶). As a test: if it is at
+    most δ, the hypothesis "the rate is at most ``probability``" is rejected with failure probability at most δ (the exact one-sided test
     that the Clopper–Pearson lower bound inverts)."""
     if trials <= 0 or not 0 <= successes <= trials:
         raise ValueError(f"need 0 ≤ successes ≤ trials and trials > 0, got {successes}/{trials}")
     if not 0 < probability < 1:
         raise ValueError(f"probability must be in (0, 1), got {probability!r}")
-    k = torch.arange(successes, trials + 1, dtype=torch.float64)
-    log_pmf = (math.lgamma(trials + 1) - torch.lgamma(k + 1) - torch.lgamma(trials - k + 1)
-               + k * math.log(probability) + (trials - k) * math.log1p(-probability))
-    return min(math.exp(torch.logsumexp(log_pmf, dim=0).item()), 1.0)     # Σ_{k ≥ successes} P(B = k)
+    from scipy.stats import binom   # here, not at the top: importing scipy.stats costs about a second
+
+    return min(float(binom.sf(successes - 1, trials, probability)), 1.0)   # P(B > successes − 1)
 
 
 def relative_error(value: Tensor, reference: Tensor) -> float:
