@@ -146,6 +146,8 @@ def positive_int(name: str, value: int) -> int:
     """A positive Python int (not a bool, not a float such as 2.5 or 2.0)."""
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if value >= 2**62:
+        raise ValueError(f"{name} = {value} is too large for a tensor dimension")
     return value
 
 
@@ -167,7 +169,9 @@ def boolean(name: str, value: object) -> bool:
 
 
 def real_number(name: str, value: object, *, nonnegative: bool = False) -> float | Tensor:
-    """A finite real: a Python or numpy real (not ``bool``) or a 0-dimensional floating tensor."""
+    """A finite real: a Python or numpy real (not ``bool``) or a 0-dimensional floating tensor.
+
+    Returns a number as a Python ``float`` (an int too large for torch becomes a float), a tensor as is."""
     if isinstance(value, torch.Tensor):
         if value.dim() != 0 or not value.is_floating_point():
             raise ValueError(f"{name} must be a real number or a 0-dimensional floating tensor, got a "
@@ -181,7 +185,7 @@ def real_number(name: str, value: object, *, nonnegative: bool = False) -> float
         raise ValueError(f"{name} must be finite, got {number}")
     if nonnegative and number < 0:
         raise ValueError(f"{name} must be ≥ 0, got {number}")
-    return value
+    return value if isinstance(value, torch.Tensor) else number
 
 
 def vector(name: str, x: Tensor | None, length: int, like: Tensor, like_name: str) -> Tensor | None:

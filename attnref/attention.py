@@ -214,7 +214,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
         raise ValueError(f"query {check.shape_of(query)} and key {check.shape_of(key)} have width d_k = 0: "
                          "the default scale 1/√d_k is undefined (pass scale=...)")
     if scale is not None:
-        check.real_number("scale", scale)
+        scale = check.real_number("scale", scale)
     full_mask = combined_mask(scores_shape(query, key), query.dtype, query.device, mask, key_mask, causal,
                               "key", key)
     scale = 1.0 / math.sqrt(d_k) if scale is None else scale
@@ -429,7 +429,7 @@ def gat_scores(nodes: Tensor, weight: Tensor, a: Tensor, negative_slope: float =
     if a.shape[0] != 2 * weight.shape[1]:
         raise ValueError(f"a must have 2·d' = {2 * weight.shape[1]} entries for weight {check.shape_of(weight)}, "
                          f"got shape {check.shape_of(a)}")
-    check.real_number("negative_slope", negative_slope)
+    negative_slope = check.real_number("negative_slope", negative_slope)
     check.boolean("nonlinearity", nonlinearity)
     d_out = weight.shape[1]
     dtype = nodes.dtype
@@ -456,7 +456,7 @@ def gatv2_scores(nodes: Tensor, weight: Tensor, a: Tensor, negative_slope: float
         raise ValueError(f"weight must have 2·d_in = {2 * d_in} rows for nodes {check.shape_of(nodes)}, "
                          f"got shape {check.shape_of(weight)}")
     check.dim_equal("a must have the width d'", "weight", weight, 1, "a", a, 0)
-    check.real_number("negative_slope", negative_slope)
+    negative_slope = check.real_number("negative_slope", negative_slope)
     dtype = nodes.dtype
     nodes, weight, a = _upcast(nodes, weight, a)
     target_term = nodes @ weight[:d_in]           # (..., N, d_in) @ (d_in, d') -> (..., N, d')

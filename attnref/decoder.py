@@ -52,7 +52,7 @@ def _rms_norm(x: Tensor, gain: Tensor | None, eps: float, gain_name: str) -> Ten
     check.floating("x", x)
     if x.shape[-1] == 0:
         raise ValueError(f"x must have a non-empty last dimension, got shape {tuple(x.shape)}")
-    check.real_number("eps", eps, nonnegative=True)
+    eps = check.real_number("eps", eps, nonnegative=True)
     check.vector(gain_name, gain, x.shape[-1], x, "x")
     work = x if x.dtype in (torch.float32, torch.float64) else x.float()
     mean_square = work.pow(2).mean(dim=-1, keepdim=True)                 # (..., n, 1)
@@ -84,7 +84,11 @@ def swiglu(x: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
     check.same_dtype(x=x, w_gate=w_gate, w_up=w_up, w_down=w_down)
     gate = silu(x @ w_gate)                  # (..., n, d) @ (d, d_ff) -> (..., n, d_ff)
     up = x @ w_up                            # (..., n, d_ff)
-    return (gate * up) @ w_down              # (..., n, d_ff) @ (d_ff, d) -> (..., n, d)
+    output = (gate * up) @ w_down            # (..., n, d_ff) @ (d_ff, d) -> (..., n, d)
+    if check.any_true(torch.isnan(output)):
+        raise ValueError(f"swiglu of x {check.shape_of(x)} overflows {x.dtype} (inf − inf in the products): "
+                         "the inputs are too large for this dtype")
+    return output
 
 
 @dataclass

@@ -137,7 +137,7 @@ class FeedForward:
         check.same_dtype(w_1=self.w_1, w_2=self.w_2)
         check.vector("b_1", self.b_1, self.w_1.shape[1], self.w_1, "w_1")
         check.vector("b_2", self.b_2, self.w_2.shape[1], self.w_2, "w_2")
-        if self.activation not in ACTIVATIONS:
+        if not isinstance(self.activation, str) or self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
 
     @classmethod

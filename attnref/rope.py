@@ -72,7 +72,7 @@ __all__ = ["frequencies", "angles", "cos_sin", "rotate_half", "rotate", "rotatio
 
 def _head_width(d_k) -> int:
     """``d_k`` must be a positive even int: the coordinates come in pairs."""
-    if isinstance(d_k, bool) or not isinstance(d_k, numbers.Integral) or d_k <= 0:
+    if isinstance(d_k, bool) or not isinstance(d_k, numbers.Integral) or not 0 < d_k < 2**62:
         raise ValueError(f"d_k must be a positive even int, got {d_k!r}")
     if d_k % 2:
         raise ValueError(f"d_k must be even (rotary embeddings rotate pairs of coordinates), got d_k = {d_k}")
@@ -246,6 +246,7 @@ def rotation_matrix(offset, d_k: int, base: float = 10000.0, *, dtype: torch.dty
         offset = offset.item()
     if isinstance(offset, bool) or not isinstance(offset, numbers.Real) or not math.isfinite(offset):
         raise ValueError(f"offset must be a finite real number, got {offset!r}")
+    offset = float(offset)
     d_k = _head_width(d_k)
     dtype = _floating_dtype("dtype", dtype)
     half = d_k // 2
