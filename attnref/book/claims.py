@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,6 +76,63 @@ MAX_FAILURE_PROBABILITY = 1e-6
 
 #: Metadata key of a verdict output in an executed notebook.
 METADATA_KEY = "attnref_verdict"
+
+# How a re-run on another machine must agree with a check's stored value (``Check.agree``). The
+# last bits of a float depend on the CPU kernels torch picks (AVX-512, AVX2, default) and on the
+# BLAS path, so a stored output is compared with a re-run within a tolerance that belongs to the
+# check, stated where it is recorded (each recorder method has a default; ``agree=`` overrides it):
+#   EXACT                     the measured text is identical (integers, ranks, booleans, sympy, text);
+#   relative(r)               |a − b| ≤ r·max(|a|, |b|) (a float64 quantity that is not round-off);
+#   relative(r, floor=f)      … or both |a|, |b| ≤ f: a residual below f is round-off, whose digits
+#                             depend on the kernels (f is a tenth of the check's bound by default).
+# The verdict, every pass flag, every name and every bound still compare exactly.
+EXACT = "exact"
+RELATIVE_DEFAULT = 1e-9
+#: A value measured on a trained model (float32 weights and activations, thousands of operations deep).
+REAL_MODEL_RELATIVE = 1e-5
+
+
+def relative(rel: float = RELATIVE_DEFAULT, floor: float = 0.0) -> str:
+    """An agreement rule: relative tolerance ``rel``, and below ``floor`` any two values agree."""
+    rel, floor = float(rel), float(floor)
+    if not (0 <= rel < 1) or not (floor >= 0) or not math.isfinite(floor):
+        raise ValueError(f"relative(rel, floor) needs 0 ≤ rel < 1 and a finite floor ≥ 0, got {rel!r}, {floor!r}")
+    return f"relative {rel:.3g}" + (f" or both ≤ {floor:.3g}" if floor > 0 else "")
+
+
+def below(value: Any, bound: Any, digits: int = 3) -> str:
+    """A round-off residual as text that reads the same on every machine: "below 10⁻¹²" (the
+    bound its check holds it to) when it is within it; else the measured value itself (and the
+    check fails). Use it wherever a reason or a printed line would show a round-off residual."""
+    v, b = _number(value), float(_number(bound))
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and abs(v) <= b:
+        return f"below {format_value(b, digits)}"
+    return format_value(v, digits)
+
+
+def parse_agreement(spec: str) -> tuple[float, float] | None:
+    """``None`` for EXACT, else ``(rel, floor)`` of a :func:`relative` rule."""
+    if spec == EXACT:
+        return None
+    match = re.fullmatch(r"relative (\S+)(?: or both ≤ (\S+))?", str(spec))
+    if not match:
+        raise ValueError(f"not an agreement rule: {spec!r} (use claims.EXACT or claims.relative(...))")
+    return float(match.group(1)), float(match.group(2) or 0.0)
+
+
+def values_agree(spec: str, stored: Any, new: Any) -> bool:
+    """Whether a re-run's value ``new`` agrees with the ``stored`` one under the rule ``spec``.
+    Non-numbers (and EXACT) must be equal; NaN never agrees with anything."""
+    rule = parse_agreement(spec)
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (stored, new))
+    if rule is None or not numeric:
+        return stored == new and not (isinstance(stored, float) and math.isnan(stored))
+    a, b = float(stored), float(new)
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return a == b                               # ±inf only with itself; NaN never
+    rel, floor = rule
+    scale = max(abs(a), abs(b))
+    return abs(a - b) <= rel * scale or scale <= floor
 
 
 @dataclass(frozen=True)
@@ -307,6 +365,7 @@ class Check:
     bound: str | None = None         # statistical checks: one of BOUNDS
     failure_probability: float | None = None   # statistical checks: P(the check fails though the claim holds)
     value: float | int | bool | str | None = None   # the measured value, unformatted (tests, figures)
+    agree: str = EXACT               # how a re-run on another machine must agree (see EXACT, relative)
 
     def as_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items()}
@@ -322,8 +381,14 @@ class _Recorder:
 
     # The general form --------------------------------------------------------------------
     def check(self, name: str, passed: Any, *, kind: str, measured: Any = None, held_to: str = "",
-              bound: str | None = None, failure_probability: float | None = None, digits: int = 3) -> bool:
-        """Record a check whose outcome ``passed`` was computed by the caller; returns it."""
+              bound: str | None = None, failure_probability: float | None = None, digits: int = 3,
+              agree: str | None = None, finite: bool = True) -> bool:
+        """Record a check whose outcome ``passed`` was computed by the caller; returns it.
+
+        ``agree``: how a re-run on another machine must agree with this value (EXACT or a
+        :func:`relative` rule; default EXACT for integers, booleans and text, relative 1e-9 for
+        floats). ``finite``: a measured NaN or ±inf fails the check, whatever ``passed`` says,
+        unless ``finite=False`` (a check *about* a non-finite value, e.g. E[x⁴] = ∞)."""
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         if not isinstance(name, str) or not name.strip():
@@ -340,15 +405,23 @@ class _Recorder:
         text = measured if isinstance(measured, str) else format_value(measured, digits)
         value = _number(measured)
         if isinstance(value, float) and not math.isfinite(value):
+            passed = passed and not finite          # NaN or ±inf never passes a check of a finite value
             value = str(value)
+        elif finite and isinstance(measured, str) and _NONFINITE.search(measured):
+            passed = False                          # an interval or text holding NaN or ∞
+        if agree is None:      # a trained model runs in float32: its last digits depend on the kernels
+            agree = (relative(REAL_MODEL_RELATIVE) if kind == REAL_MODEL else relative()) \
+                if isinstance(value, float) else EXACT
+        parse_agreement(agree)
         entry = Check(name=name, kind=kind, measured=text, held_to=held_to, passed=passed,
                       bears_on=self._bears_on, condition=self._condition, bound=bound,
-                      failure_probability=failure_probability, value=value)
+                      failure_probability=failure_probability, value=value, agree=agree)
         self._evidence._add(entry)
         return passed
 
     # Shorthands ---------------------------------------------------------------------------
-    def exact(self, name: str, measured: Any, expected: Any, *, kind: str, digits: int = 3) -> bool:
+    def exact(self, name: str, measured: Any, expected: Any, *, kind: str, digits: int = 3,
+              finite: bool = True) -> bool:
         """``measured == expected`` exactly (integers, ranks, sympy results, booleans)."""
         if hasattr(measured, "equals") and not isinstance(measured, (str, bytes)) and not hasattr(measured, "numel"):
             passed = measured == expected          # sympy: structural equality after simplification
@@ -359,36 +432,43 @@ class _Recorder:
         else:
             passed = _number(measured) == _number(expected)
         return self.check(name, bool(passed), kind=kind, measured=measured,
-                          held_to=f"= {format_value(expected, digits)}", digits=digits)
+                          held_to=f"= {format_value(expected, digits)}", digits=digits, agree=EXACT, finite=finite)
 
     def close(self, name: str, measured: Any, target: Any, tol: Any, *, kind: str, digits: int = 3,
-              **statistical: Any) -> bool:
+              agree: str | None = None, **statistical: Any) -> bool:
         """``|measured − target| ≤ tol``. A statistical check passes ``bound=`` and
         ``failure_probability=`` (the tolerance is then that bound's half-width)."""
         m, t, e = float(_number(measured)), float(_number(target)), float(_number(tol))
         passed = math.isfinite(m) and abs(m - t) <= e
-        return self.check(name, passed, kind=kind, measured=m, digits=digits + 3,
+        return self.check(name, passed, kind=kind, measured=m, digits=digits + 3, agree=agree,
                           held_to=f"{format_value(t, digits + 3)} ± {format_value(e, 2)}", **statistical)
 
-    def at_most(self, name: str, measured: Any, limit: Any, *, kind: str, digits: int = 3, **statistical: Any) -> bool:
+    def at_most(self, name: str, measured: Any, limit: Any, *, kind: str, digits: int = 3,
+                agree: str | None = None, **statistical: Any) -> bool:
         """``measured ≤ limit`` (an error, a distance, a residual …). A statistical check passes
-        ``bound=`` (the bound's type) and ``failure_probability=``."""
+        ``bound=`` (the bound's type) and ``failure_probability=``. A numerical or parity residual
+        below a tenth of ``limit`` is round-off by default: its digits may differ on another machine."""
         m, b = float(_number(measured)), float(_number(limit))
         passed = not math.isnan(m) and m <= b
+        if agree is None and kind in (NUMERICAL, PARITY) and math.isfinite(b):
+            agree = relative(floor=abs(b) / 10)
         return self.check(name, passed, kind=kind, measured=m, held_to=f"≤ {format_value(b, digits)}",
-                          digits=digits, **statistical)
+                          digits=digits, agree=agree, **statistical)
 
-    def at_least(self, name: str, measured: Any, limit: Any, *, kind: str, digits: int = 3, **statistical: Any) -> bool:
+    def at_least(self, name: str, measured: Any, limit: Any, *, kind: str, digits: int = 3,
+                 agree: str | None = None, **statistical: Any) -> bool:
         """``measured ≥ limit``."""
         m, b = float(_number(measured)), float(_number(limit))
         passed = not math.isnan(m) and m >= b
         return self.check(name, passed, kind=kind, measured=m, held_to=f"≥ {format_value(b, digits)}",
-                          digits=digits, **statistical)
+                          digits=digits, agree=agree, **statistical)
 
-    def true(self, name: str, passed: Any, *, kind: str, measured: Any = None, held_to: str = "true") -> bool:
+    def true(self, name: str, passed: Any, *, kind: str, measured: Any = None, held_to: str = "true",
+             agree: str | None = None, finite: bool = True) -> bool:
         """A computed boolean (a set equality, a ranking agreement …), with what it measured."""
         passed = _boolean("passed", passed)
-        return self.check(name, passed, kind=kind, measured=passed if measured is None else measured, held_to=held_to)
+        return self.check(name, passed, kind=kind, measured=passed if measured is None else measured,
+                          held_to=held_to, agree=agree, finite=finite)
 
     def within(self, name: str, target: Any, interval: Any, *, digits: int = 3) -> bool:
         """A statistical check: ``target`` (the value the claim predicts) lies in ``interval``, an
@@ -399,7 +479,7 @@ class _Recorder:
         measured = f"{format_value(interval.estimate, digits)} [{format_value(low, digits)}, {format_value(high, digits)}]"
         return self.check(name, passed, kind=STATISTICAL, measured=measured,
                           held_to=f"∋ {format_value(t, digits + 2)}", bound=interval.bound,
-                          failure_probability=interval.failure_probability)
+                          failure_probability=interval.failure_probability, agree=relative())
 
     def beyond(self, name: str, value: Any, interval: Any, *, side: str = "both", digits: int = 3) -> bool:
         """A statistical check that a value is excluded: ``value`` lies outside ``interval``
@@ -411,7 +491,10 @@ class _Recorder:
         relation = {"both": "∌", "below": "above", "above": "below"}[side]
         return self.check(name, passed, kind=STATISTICAL, measured=measured,
                           held_to=f"{relation} {format_value(v, digits + 2)}", bound=interval.bound,
-                          failure_probability=interval.failure_probability)
+                          failure_probability=interval.failure_probability, agree=relative())
+
+
+_NONFINITE = re.compile(r"NaN|nan|∞|\binf\b")
 
 
 class Evidence(_Recorder):
@@ -517,18 +600,34 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def evidence_table(checks) -> str:
-    """The evidence as a markdown table: check · kind · measured · held to · passed."""
+def evidence_table(checks, mask_measured: bool = False) -> str:
+    """The evidence as a markdown table: check · kind · measured · held to · passed. ``checks``
+    are :class:`Check` objects or their dicts (a stored verdict's metadata); ``mask_measured``
+    shows "…" for a measured value that may differ on another machine (``agree`` is not EXACT)."""
     lines = ["| Check | Kind | Measured | Held to | Passed |", "| :--- | :--- | ---: | :--- | :---: |"]
     for c in checks:
-        name = c.name
-        if c.bears_on == COUNTEREXAMPLE:
+        c = c if isinstance(c, dict) else c.as_dict()
+        name = c["name"]
+        if c["bears_on"] == COUNTEREXAMPLE:
             name = f"*counterexample:* {name}"
-        elif c.bears_on == CONDITION:
-            name = f"*if {c.condition}:* {name}"
-        kind = c.kind if c.kind != STATISTICAL else f"statistical ({c.bound}, failure prob. ≤ {format_value(c.failure_probability, 1)})"
-        lines.append(f"| {_cell(name)} | {_cell(kind)} | {_cell(c.measured)} | {_cell(c.held_to)} | {'✓' if c.passed else '✗'} |")
+        elif c["bears_on"] == CONDITION:
+            name = f"*if {c['condition']}:* {name}"
+        kind = c["kind"] if c["kind"] != STATISTICAL else \
+            f"statistical ({c['bound']}, failure prob. ≤ {format_value(c['failure_probability'], 1)})"
+        measured = "…" if mask_measured and c.get("agree", EXACT) != EXACT else c["measured"]
+        lines.append(f"| {_cell(name)} | {_cell(kind)} | {_cell(measured)} | {_cell(c['held_to'])} | "
+                     f"{'✓' if c['passed'] else '✗'} |")
     return "\n".join(lines)
+
+
+def render_markdown(metadata: dict, mask_measured: bool = False) -> str:
+    """A verdict output's markdown, from its metadata alone (so that comparing the metadata of a
+    stored output with a re-run's compares everything the reader sees)."""
+    where = f" on {metadata['model']}" if metadata.get("model") else ""
+    text = f"**{metadata['id']}{where}: {metadata['verdict']}.**"
+    if metadata.get("conditions"):
+        text += " *Conditions:* " + "; ".join(metadata["conditions"]) + "."
+    return text + f" {metadata['reason']}\n\n" + evidence_table(metadata["checks"], mask_measured)
 
 
 @dataclass
@@ -563,11 +662,7 @@ class Verdict:
         return [c for c in self.checks if not c.passed]
 
     def markdown(self) -> str:
-        where = f" on {self.model}" if self.model else ""
-        text = f"**{self.claim.id}{where}: {self.verdict}.**"
-        if self.conditions:
-            text += " *Conditions:* " + "; ".join(self.conditions) + "."
-        return text + f" {self.reason}\n\n" + evidence_table(self.checks)
+        return render_markdown(self.metadata)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         where = f" on {self.model}" if self.model else ""

@@ -24,6 +24,14 @@
 5. If this pytest process was started with ``tools/testenv`` on ``PYTHONPATH`` (its
    ``sitecustomize`` installed the network guard; kernels inherit the variable), the seed item
    first checks that the notebook's kernel has the guard too.
+6. Stored outputs are compared with the re-run by ``portable.outputs_agree`` instead of nbval's
+   text equality: verdicts, pass flags, integers and words exactly, each check's measured value
+   within its own agreement rule, printed numbers within their last printed digit (see
+   ``portable``'s docstring: the round-off digits of a float depend on the CPU kernels).
+7. The ``verdicts`` item also asks the kernel which CPU kernel path torch runs
+   (``torch.backends.cpu.get_cpu_capability()``), fails if ``ATEN_CPU_CAPABILITY`` asked for
+   another one (the variable would have been ignored), and records it: the run's summary line
+   ``CPU kernel paths exercised: …`` and the JUnit property ``cpu_capability``.
 """
 
 from __future__ import annotations
@@ -39,6 +47,8 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import portable  # noqa: E402  (tools/testenv, beside this plugin)
 
 # Kernels start in the notebook's folder: a relative PYTHONPATH entry (``PYTHONPATH=tools/testenv``)
 # would not reach them, and their network guard would silently be missing. Make every entry absolute.
@@ -58,6 +68,23 @@ def _preflight():
 
 
 _notebook_problem = _preflight().notebook_problem
+
+
+def _portable_compare_outputs(self, test, ref, skip_compare=None):
+    """nbval's ``IPyNbCell.compare_outputs``, replaced: see ``portable``."""
+    problems = portable.outputs_agree(ref, test, sanitize=self.sanitize)
+    self.comparison_traceback = ["  " + p for p in problems]
+    return not problems
+
+
+def _use_portable_comparison() -> None:
+    from nbval.plugin import IPyNbCell
+    IPyNbCell.compare_outputs = _portable_compare_outputs
+
+
+def pytest_configure(config):
+    if config.pluginmanager.hasplugin("nbval") or importlib.util.find_spec("nbval") is not None:
+        _use_portable_comparison()
 
 
 def pytest_addoption(parser):
@@ -225,6 +252,13 @@ class VerdictCheck(pytest.Item):
         kernel = self.parent.kernel
         if kernel is None or not kernel.is_alive():
             raise SweepFailure("the notebook's kernel is not running (a cell above timed out or crashed it)")
+        capability = kernel_capability(kernel.kc)
+        if capability is not None:
+            self.user_properties.append(("cpu_capability", capability))
+            asked = os.environ.get("ATEN_CPU_CAPABILITY")
+            if asked and asked.upper() != capability.upper():
+                raise SweepFailure(f"ATEN_CPU_CAPABILITY={asked} was asked for, but torch in the kernel runs "
+                                   f"{capability}: the comparison did not exercise the path it names")
         problems = unexpected(computed_verdicts(kernel.kc))
         if problems:
             raise SweepFailure("a verdict is not the expected one:\n  " + "\n  ".join(problems))
@@ -237,6 +271,36 @@ class VerdictCheck(pytest.Item):
 
 class SweepFailure(Exception):
     pass
+
+
+CAPABILITY_EXPRESSION = ("__import__('sys').modules['torch'].backends.cpu.get_cpu_capability() "
+                         "if 'torch' in __import__('sys').modules else None")
+
+
+def kernel_capability(client) -> str | None:
+    """The CPU kernel path torch runs in the notebook's kernel (None if torch was never imported)."""
+    reply = client.execute_interactive("", store_history=False, allow_stdin=False, timeout=60,
+                                       user_expressions={"capability": CAPABILITY_EXPRESSION})
+    result = reply["content"].get("user_expressions", {}).get("capability", {})
+    if result.get("status") != "ok":
+        raise SweepFailure(f"could not ask the kernel for torch's CPU capability: {result}")
+    value = ast.literal_eval(result["data"]["text/plain"])
+    return None if value is None else str(value)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """One line naming the CPU kernel paths the notebooks ran under (and MKL's instruction cap)."""
+    paths: dict[str, str] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            for key, value in getattr(report, "user_properties", ()) or ():
+                if key == "cpu_capability":
+                    paths[report.nodeid.split("::", 1)[0]] = value
+    if paths:
+        kinds = sorted(set(paths.values()))
+        mkl = os.environ.get("MKL_ENABLE_INSTRUCTIONS", "unrestricted")
+        terminalreporter.write_line(f"CPU kernel paths exercised: {', '.join(kinds)} "
+                                    f"({len(paths)} notebooks; MKL_ENABLE_INSTRUCTIONS={mkl})")
 
 
 class SeedSweep(pytest.Item):
