@@ -29,9 +29,17 @@ SEEDS ?= 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20
 N ?= 10
 # Extra pytest arguments, e.g. make test PYTEST_ARGS="--durations=20" or PYTEST_ARGS="-k parity"
 PYTEST_ARGS ?=
+# The stored outputs come from one machine; another CPU makes torch pick other vectorised kernels
+# (AVX-512, AVX2, default) and MKL other code paths, which changes the last bits of floats.
+# `make test` runs every notebook a second time on torch's portable kernels with MKL capped at
+# SSE4.2 and compares with the same rules (tools/testenv/portable.py); the verdicts item of each
+# notebook fails if torch did not run the path asked for. `make portability` tries every path.
+PORTABLE_PATH := ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2
+PORTABLE_ARGS ?=
+KERNEL_PATHS ?= avx512:AVX512 avx2:AVX2 default:SSE4_2
 DETERMINISM_LOG ?= /tmp/attention-claims-determinism.log
 
-.PHONY: experiments measure install book bundle pdf test test-fast seeds test-seeds determinism bench preflight execute lock clean help
+.PHONY: portability experiments measure install book bundle pdf test test-fast seeds test-seeds determinism bench preflight execute lock clean help
 
 help:
 	@echo "make book | make pdf (the PDF edition) | make bundle (notebooks + wheel + lock, for download) | make test | make test-fast (no notebooks) | make execute (refresh stored outputs) | make clean"
@@ -70,9 +78,22 @@ pdf: book
 	$(RUN) $(BIN)/python tools/make_pdf.py
 	$(RUN) $(BIN)/jupyter-book build . $(BOOK_FLAGS)
 
-# Strict nbval on every notebook (default seed) + its assertions again for TEST_SEEDS + every test.
+# Strict nbval on every notebook (default seed) + its assertions again for TEST_SEEDS + every test;
+# then strict nbval again on torch's portable CPU kernels (PORTABLE_PATH).
 test: $(STAMP) preflight
 	$(STRICT) $(PYTEST) $(XDIST) --attnref-longest-first $(NBVAL_FLAGS) --attnref-seeds=$(TEST_SEEDS) $(PYTEST_ARGS) notebooks tests
+	$(STRICT) $(PORTABLE_PATH) $(PYTEST) $(XDIST) --attnref-longest-first $(NBVAL_FLAGS) $(PORTABLE_ARGS) notebooks
+
+# Strict nbval under every CPU kernel path of KERNEL_PATHS this CPU supports (torch:MKL pairs);
+# a path the CPU lacks is skipped with a line saying so.
+portability: $(STAMP) preflight
+	@for pair in $(KERNEL_PATHS); do \
+	  aten=$${pair%%:*}; mkl=$${pair##*:}; \
+	  supported=$$(ATEN_CPU_CAPABILITY=$$aten $(BIN)/python -c "import torch; print(torch.backends.cpu.get_cpu_capability().lower())"); \
+	  if [ "$$supported" != "$$aten" ]; then echo "portability: this CPU has no $$aten path (torch runs $$supported): skipped"; continue; fi; \
+	  echo "portability: ATEN_CPU_CAPABILITY=$$aten MKL_ENABLE_INSTRUCTIONS=$$mkl"; \
+	  $(STRICT) ATEN_CPU_CAPABILITY=$$aten MKL_ENABLE_INSTRUCTIONS=$$mkl $(PYTEST) -q $(XDIST) $(NBVAL_FLAGS) $(NOTEBOOKS) || exit 1; \
+	done
 
 test-fast: $(STAMP) preflight
 	$(PYTEST) -n $(JOBS) tests

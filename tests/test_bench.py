@@ -50,3 +50,11 @@ def test_missing_or_broken_junit_gives_nothing(tmp_path: Path) -> None:
     broken = tmp_path / "broken.xml"
     broken.write_text("<testsuites><testcase")
     assert bench.unit_seconds(broken) == {} and bench.test_breakdown(broken) == {}
+
+
+def test_the_kernel_paths_of_each_strict_pass_are_read_from_the_log() -> None:
+    log = ("... 1200 passed in 200s\nCPU kernel paths exercised: AVX512 (9 notebooks; MKL_ENABLE_INSTRUCTIONS=unrestricted)\n"
+           "... 270 passed in 60s\nCPU kernel paths exercised: DEFAULT (9 notebooks; MKL_ENABLE_INSTRUCTIONS=SSE4_2)\n")
+    assert bench.kernel_paths_of(log) == ["AVX512 (9 notebooks; MKL_ENABLE_INSTRUCTIONS=unrestricted)",
+                                          "DEFAULT (9 notebooks; MKL_ENABLE_INSTRUCTIONS=SSE4_2)"]
+    assert bench.kernel_paths_of("no such line") == []

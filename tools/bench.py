@@ -183,6 +183,12 @@ def test_breakdown(junit: Path) -> dict[str, float]:
     return {name: round(seconds, 1) for name, seconds in totals.items()} if any(totals.values()) else {}
 
 
+def kernel_paths_of(log: str) -> list[str]:
+    """The ``CPU kernel paths exercised: …`` lines of a `make test` log (one per strict pass)."""
+    prefix = "CPU kernel paths exercised: "
+    return [line.split(prefix, 1)[1].strip() for line in log.splitlines() if prefix in line]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-test", action="store_true", help="do not time `make test`")
@@ -208,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     test_seconds = test_status = build_seconds = build_status = None
     units: dict[str, float] = {}
     breakdown: dict[str, float] = {}
+    kernel_paths: list[str] = []
     if not args.no_test:
         env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
         junit = logs / "junit.xml"
@@ -217,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             logs / "test.log", env)
         units = unit_seconds(junit)
         breakdown = test_breakdown(junit)
+        kernel_paths = kernel_paths_of((logs / "test.log").read_text(encoding="utf-8", errors="replace"))
         print(f"make test: {test_seconds:.1f} s ({test_seconds / floor:.2f} × floor)  {test_status}", flush=True)
     if not args.no_build:
         build_seconds, build_status = timed(
@@ -243,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         "unit_seconds": units or previous_units(args.output),
         # worker seconds of `make test` by kind (both workers together; wall time ≈ their sum / cores)
         "test_breakdown": breakdown,
+        # the CPU kernel paths of torch (and MKL's cap) each strict pass of `make test` ran under
+        "cpu_kernel_paths": kernel_paths,
         "load_average": [round(x, 2) for x in load],
         "test_status": test_status,
         "build_status": build_status,

@@ -614,6 +614,9 @@ def render_report(root: Path, data: dict | None, why: str | None) -> str:
     if data.get("build_status") not in (None, "ok"):
         build += f" ({escape(data['build_status'])})"
     lines += ["", f"{test}. {build}."]
+    if data.get("cpu_kernel_paths"):
+        lines += ["", "CPU kernel paths the notebooks were compared under: "
+                  + "; ".join(escape(str(p)) for p in data["cpu_kernel_paths"]) + "."]
     where = f"Measured on {escape(data.get('generated', 'an unknown date'))}"
     if data.get("cores"):
         where += f" on {int(data['cores'])} cores"
