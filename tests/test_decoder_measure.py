@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from attnref.analysis import decoder_measure as dm
+from attnref.book import provenance
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,17 +44,30 @@ def test_the_model_file_is_the_one_measured(stored):
 
 
 def test_two_sentences_measure_as_stored(stored, model):
+    """The stored float32 values of two sentences lie within the float32 error this machine makes
+    on them (measured against float64 here) times a factor for another machine's kernels."""
     arrays, provenance = stored
     lengths = arrays["sentence_lengths"].tolist()
     starts = [0, *torch.tensor(lengths).cumsum(0).tolist()]
     ids = [arrays["token_ids"][starts[i]:starts[i + 1]].tolist() for i in (0, 1)]
     torch.set_num_threads(1)
     again = dm.measure_sentences(model, ids, gradients=2)
+    exact = dm.measure_sentences(model.to(torch.float64), ids, gradients=2)
     for name, values in again.items():
-        reference = arrays[name][:2]
-        scale = reference.abs().max().clamp(min=1e-30)
-        error = (values - reference).abs().max() / scale
-        assert error < 1e-4, f"{name}: re-measured values differ from the stored ones by {error:.2g} (relative): run `make measure`"
+        distance, allowed = provenance.float32_drift(arrays[name][:2], values, exact[name])
+        assert distance <= allowed, (
+            f"{name}: the stored values lie {distance:.2g} (relative) from float64, more than "
+            f"{provenance.FLOAT32_ERROR_FACTOR} × this machine's float32 error allows ({allowed:.2g}): run `make measure`")
+
+
+def test_the_drift_tolerance_comes_from_this_machine_not_from_the_stored_values():
+    reference = torch.tensor([1.0, 2.0, 4.0], dtype=torch.float64)
+    here = reference * (1 + 1e-5)                        # this machine's float32 error: 1e-5
+    assert provenance.float32_drift(reference * (1 + 2e-5), here, reference)[0] <= provenance.float32_drift(reference, here, reference)[1]
+    wrong = reference * (1 + 1e-3)                       # a stored value off by 1e-3
+    distance, allowed = provenance.float32_drift(wrong, here, reference)
+    assert distance > allowed and allowed == pytest.approx(provenance.FLOAT32_ERROR_FACTOR * 1e-5, rel=1e-6)
+    assert provenance.float32_drift(wrong, reference, reference)[1] == provenance.FLOAT32_ERROR_FACTOR * provenance.FLOAT32_ERROR_FLOOR
 
 
 def test_layer_zero_weights_measure_as_stored(stored, model):

@@ -1,6 +1,7 @@
 """The stored training results (data/experiments/e*.json, written by `make experiments`) still match
 the code: the training code's hash equals the one stored with the data, and every variant's seed-0
-run, re-run for its first steps (CPU, one thread, float32), reproduces the stored losses.
+run, re-run for its first steps, reproduces the stored losses within float32's error (measured
+here: the same steps in float32 and in float64, attnref.book.provenance.float32_drift).
 Chapter 8 reads these files; the full training is not repeated here.
 """
 
@@ -11,6 +12,7 @@ import json
 import pytest
 import torch
 
+from attnref.book import provenance
 from attnref.training import experiments as ex
 from attnref.training import results
 from attnref.training.train import train, training_code_hash
@@ -35,8 +37,17 @@ def test_data_file_was_made_by_this_training_code(experiment):
         [(s.variant, s.group) for s in ex.settings()[experiment]], "run `make experiments`"
 
 
+def _in_float64(monkeypatch):
+    """train() with the same initial weights (drawn in float32) run in float64: the float32
+    error of the first steps is measured against it."""
+    from attnref.training import models
+    from attnref.training import train as train_module
+    monkeypatch.setattr(train_module, "RecallModel",
+                        lambda *args, **kwargs: models.RecallModel(*args, **kwargs).to(torch.float64))
+
+
 @pytest.mark.parametrize("experiment,setting", CASES, ids=[f"{e}-{s.group}-{s.variant}" for e, s in CASES])
-def test_first_steps_reproduce_the_stored_losses(experiment, setting):
+def test_first_steps_reproduce_the_stored_losses(experiment, setting, monkeypatch):
     torch.set_num_threads(1)
     entry = results.setting(_stored(experiment), setting.variant, setting.group)
     stored = entry["runs"][0]
@@ -44,10 +55,13 @@ def test_first_steps_reproduce_the_stored_losses(experiment, setting):
     assert json.loads(json.dumps(run.config())) == stored["config"], \
         f"{experiment} {setting.variant}: the configuration changed since the data was made: run `make experiments`"
     again = train(run, steps=STEPS)["first_losses"]
-    for step, (new, old) in enumerate(zip(again, stored["first_losses"][:STEPS])):
-        assert new == pytest.approx(old, rel=1e-5, abs=1e-6), (
-            f"{experiment} {setting.group} {setting.variant}: step {step} loss {new!r} ≠ stored {old!r}: "
-            f"run `make experiments`")
+    _in_float64(monkeypatch)
+    exact = train(run, steps=STEPS)["first_losses"]
+    distance, allowed = provenance.float32_drift(stored["first_losses"][:STEPS], again, exact)
+    assert distance <= allowed, (
+        f"{experiment} {setting.group} {setting.variant}: the stored losses of the first {STEPS} steps lie "
+        f"{distance:.2g} (relative) from float64, more than {provenance.FLOAT32_ERROR_FACTOR} × this machine's "
+        f"float32 error allows ({allowed:.2g}): run `make experiments`")
 
 
 def test_missing_or_stale_data_names_make_experiments(tmp_path):

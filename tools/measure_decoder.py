@@ -22,6 +22,7 @@ import torch  # noqa: E402
 
 from attnref.analysis import decoder_measure as dm  # noqa: E402
 from attnref.analysis.texts import SENTENCES  # noqa: E402
+from attnref.book import provenance  # noqa: E402
 from attnref.models import smollm  # noqa: E402
 
 LONG_TEXT_TOKENS = 160     # > d_k = 64: H7's rank bound can bind
@@ -65,7 +66,7 @@ def main() -> int:
     arrays["sentence_lengths"] = torch.tensor([len(ids) for ids in token_ids], dtype=torch.int64)
     say("weights measured")
     seconds = time.perf_counter() - start
-    provenance = {
+    record = {
         "what": "attnref.analysis.decoder_measure on SmolLM2-135M-Instruct over attnref.analysis.texts.SENTENCES",
         "command": "make measure",
         "model_file": smollm.FILENAME, "model_package": f"{smollm.PACKAGE}=={smollm.VERSION}",
@@ -75,9 +76,10 @@ def main() -> int:
                    "rope_base": c.rope_base, "eps": c.eps},
         "offsets": list(dm.OFFSETS), "long_text_tokens": len(long_ids),
         "torch": torch.__version__, "python": platform.python_version(), "threads": 1, "dtype": "float32",
+        "machine": provenance.machine(),
         "date": datetime.date.today().isoformat(), "seconds": round(seconds, 1),
     }
-    dm.save(args.root, arrays, provenance)
+    dm.save(args.root, arrays, record)
     say(f"wrote {dm.DATA}.npz and .json in {seconds:.0f} s")
     return 0
 

@@ -24,6 +24,7 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
+from attnref.book import provenance  # noqa: E402
 from attnref.training import experiments as ex  # noqa: E402
 from attnref.training.train import attnref_source_hash, train, training_code_hash  # noqa: E402
 
@@ -105,6 +106,7 @@ def main(argv=None) -> int:
             data = {
                 "experiment": e, **hashes, "torch_version": torch.__version__,
                 "python_version": platform.python_version(), "seeds": list(ex.SEEDS),
+                "machine": provenance.machine(),
                 "tuning_seed": ex.TUNING_SEED, "lr_grid": list(ex.LR_GRID), "steps": ex.STEPS,
                 "batch": ex.BATCH, "task": {"keys": ex.TASK.keys, "values": ex.TASK.values},
                 "settings": [{
