@@ -15,9 +15,10 @@ gaps beyond about
 At the other end the top weight :math:`p_1 = 1/(1 + e^{-g})` becomes exactly 1 once the
 normaliser :math:`1 + e^{-g}` rounds to 1, i.e. for :math:`e^{-g} \le \varepsilon_\text{mach}/2`
 (ties to even), gaps beyond :math:`g^{(1)} = \ln(2/\varepsilon_\text{mach})`, when the softmax is
-computed in the format itself (:func:`attnref.softmax`); an implementation that accumulates in
-a wider format and rounds the quotient once (torch's half-precision CPU softmax) rounds
-:math:`1 - e^{-g}` to 1 only below half the spacing under 1, beyond :math:`\ln(4/\varepsilon_\text{mach})`.
+computed in the format itself (:func:`attnref.softmax` in float32 and float64); an
+implementation that accumulates in a wider format and rounds the quotient once (torch's and
+attnref's half-precision softmax, which compute in float32) rounds :math:`1 - e^{-g}` to 1 only
+below half the spacing under 1, beyond :math:`\ln(4/\varepsilon_\text{mach})`.
 
 :func:`softmax_underflow_gap` and :func:`softmax_saturation_gap` find these gaps by bisection on
 the actual softmax (:func:`attnref.softmax` by default), so that what is measured is the
