@@ -46,7 +46,7 @@ def test_the_model_file_is_the_one_measured(stored):
 def test_two_sentences_measure_as_stored(stored, model):
     """The stored float32 values of two sentences lie within the float32 error this machine makes
     on them (measured against float64 here) times a factor for another machine's kernels."""
-    arrays, provenance = stored
+    arrays, _ = stored
     lengths = arrays["sentence_lengths"].tolist()
     starts = [0, *torch.tensor(lengths).cumsum(0).tolist()]
     ids = [arrays["token_ids"][starts[i]:starts[i + 1]].tolist() for i in (0, 1)]
