@@ -66,12 +66,20 @@ KINDS = (SYMBOLIC, NUMERICAL, PARITY, STATISTICAL, REAL_MODEL, TRAINING)
 # What a check bears on.
 STATED = "claim as stated"
 CONDITION = "under a condition"
-COUNTEREXAMPLE = "counterexample"
-BEARINGS = (STATED, CONDITION, COUNTEREXAMPLE)
+COUNTEREXAMPLE = "counterexample"      # a case where the claim's conclusion fails
+SUPPORTING = "supporting"              # a parity or identity the other checks rely on: must pass,
+                                       # neither proves nor refutes the claim
+DEMONSTRATION = "demonstration"        # shown beside the evidence; does not vote
+BEARINGS = (STATED, CONDITION, COUNTEREXAMPLE, SUPPORTING, DEMONSTRATION)
 
-# Types of statistical bound, and the largest failure probability a statistical check may have.
-BOUNDS = ("exact", "Hoeffding", "Bernstein", "empirical Bernstein", "DKW", "median of means",
-          "Chebyshev", "Clopper–Pearson", "CLT (asymptotic)", "bootstrap (asymptotic)", "t (asymptotic)")
+# Types of statistical bound. A guaranteed bound holds at the sample size used (exact,
+# finite-sample): its failure probability is a probability, at most MAX_FAILURE_PROBABILITY. A
+# nominal one holds in a limit or under an assumption the data do not show (CLT, bootstrap,
+# normal-theory t): its level is nominal, shown as such, and not summed with the guaranteed ones.
+GUARANTEED_BOUNDS = ("exact", "Hoeffding", "Bernstein", "empirical Bernstein", "DKW", "median of means",
+                     "Chebyshev", "Clopper–Pearson", "permutation (exact)")
+NOMINAL_BOUNDS = ("CLT (asymptotic)", "bootstrap (asymptotic)", "t (asymptotic)", "t (normal theory)")
+BOUNDS = GUARANTEED_BOUNDS + NOMINAL_BOUNDS
 MAX_FAILURE_PROBABILITY = 1e-6
 
 #: Metadata key of a verdict output in an executed notebook.
@@ -366,6 +374,12 @@ class Check:
     failure_probability: float | None = None   # statistical checks: P(the check fails though the claim holds)
     value: float | int | bool | str | None = None   # the measured value, unformatted (tests, figures)
     agree: str = EXACT               # how a re-run on another machine must agree (see EXACT, relative)
+    fails_if: str | None = None      # the bug or alternative this check rules out, in one line
+
+    @property
+    def guaranteed(self) -> bool:
+        """A statistical check whose failure probability is guaranteed (not a nominal level)."""
+        return self.kind == STATISTICAL and self.bound in GUARANTEED_BOUNDS
 
     def as_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items()}
@@ -382,8 +396,13 @@ class _Recorder:
     # The general form --------------------------------------------------------------------
     def check(self, name: str, passed: Any, *, kind: str, measured: Any = None, held_to: str = "",
               bound: str | None = None, failure_probability: float | None = None, digits: int = 3,
-              agree: str | None = None, finite: bool = True) -> bool:
+              agree: str | None = None, finite: bool = True, fails_if: str | None = None) -> bool:
         """Record a check whose outcome ``passed`` was computed by the caller; returns it.
+
+        ``fails_if``: one line naming the bug or alternative that would make this check fail
+        (shown in the evidence table). A statistical check names its ``bound``; with a guaranteed
+        bound its ``failure_probability`` is at most :data:`MAX_FAILURE_PROBABILITY`, with a
+        nominal one (:data:`NOMINAL_BOUNDS`) it is the nominal level, shown as such.
 
         ``agree``: how a re-run on another machine must agree with this value (EXACT or a
         :func:`relative` rule; default EXACT for integers, booleans and text, relative 1e-9 for
@@ -397,9 +416,11 @@ class _Recorder:
         if kind == STATISTICAL:
             if bound not in BOUNDS:
                 raise ValueError(f"{name}: a statistical check names its bound, one of {BOUNDS}; got {bound!r}")
-            if failure_probability is None or not 0 < failure_probability <= MAX_FAILURE_PROBABILITY:
-                raise ValueError(f"{name}: a statistical check states a failure probability in "
-                                 f"(0, {MAX_FAILURE_PROBABILITY:g}], got {failure_probability!r}")
+            limit = MAX_FAILURE_PROBABILITY if bound in GUARANTEED_BOUNDS else 0.5
+            if failure_probability is None or not 0 < failure_probability <= limit:
+                what = "failure probability" if bound in GUARANTEED_BOUNDS else "nominal level"
+                raise ValueError(f"{name}: a statistical check with a {bound} bound states a {what} in "
+                                 f"(0, {limit:g}], got {failure_probability!r}")
         elif bound is not None and bound not in BOUNDS:
             raise ValueError(f"{name}: bound must be one of {BOUNDS}, got {bound!r}")
         text = measured if isinstance(measured, str) else format_value(measured, digits)
@@ -413,15 +434,18 @@ class _Recorder:
             agree = (relative(REAL_MODEL_RELATIVE) if kind == REAL_MODEL else relative()) \
                 if isinstance(value, float) else EXACT
         parse_agreement(agree)
+        if fails_if is not None and (not isinstance(fails_if, str) or not fails_if.strip()):
+            raise ValueError(f"{name}: fails_if must be a non-empty line, got {fails_if!r}")
         entry = Check(name=name, kind=kind, measured=text, held_to=held_to, passed=passed,
                       bears_on=self._bears_on, condition=self._condition, bound=bound,
-                      failure_probability=failure_probability, value=value, agree=agree)
+                      failure_probability=failure_probability, value=value, agree=agree,
+                      fails_if=None if fails_if is None else " ".join(fails_if.split()))
         self._evidence._add(entry)
         return passed
 
     # Shorthands ---------------------------------------------------------------------------
     def exact(self, name: str, measured: Any, expected: Any, *, kind: str, digits: int = 3,
-              finite: bool = True) -> bool:
+              finite: bool = True, fails_if: str | None = None) -> bool:
         """``measured == expected`` exactly (integers, ranks, sympy results, booleans)."""
         if hasattr(measured, "equals") and not isinstance(measured, (str, bytes)) and not hasattr(measured, "numel"):
             passed = measured == expected          # sympy: structural equality after simplification
@@ -432,7 +456,8 @@ class _Recorder:
         else:
             passed = _number(measured) == _number(expected)
         return self.check(name, bool(passed), kind=kind, measured=measured,
-                          held_to=f"= {format_value(expected, digits)}", digits=digits, agree=EXACT, finite=finite)
+                          held_to=f"= {format_value(expected, digits)}", digits=digits, agree=EXACT, finite=finite,
+                          fails_if=fails_if)
 
     def close(self, name: str, measured: Any, target: Any, tol: Any, *, kind: str, digits: int = 3,
               agree: str | None = None, **statistical: Any) -> bool:
@@ -464,13 +489,14 @@ class _Recorder:
                           digits=digits, agree=agree, **statistical)
 
     def true(self, name: str, passed: Any, *, kind: str, measured: Any = None, held_to: str = "true",
-             agree: str | None = None, finite: bool = True) -> bool:
+             agree: str | None = None, finite: bool = True, fails_if: str | None = None) -> bool:
         """A computed boolean (a set equality, a ranking agreement …), with what it measured."""
         passed = _boolean("passed", passed)
         return self.check(name, passed, kind=kind, measured=passed if measured is None else measured,
-                          held_to=held_to, agree=agree, finite=finite)
+                          held_to=held_to, agree=agree, finite=finite, fails_if=fails_if)
 
-    def within(self, name: str, target: Any, interval: Any, *, digits: int = 3) -> bool:
+    def within(self, name: str, target: Any, interval: Any, *, digits: int = 3,
+               fails_if: str | None = None) -> bool:
         """A statistical check: ``target`` (the value the claim predicts) lies in ``interval``, an
         :class:`attnref.analysis.stats.Interval` (estimate, low, high, bound, failure probability)."""
         t = float(_number(target))
@@ -479,9 +505,11 @@ class _Recorder:
         measured = f"{format_value(interval.estimate, digits)} [{format_value(low, digits)}, {format_value(high, digits)}]"
         return self.check(name, passed, kind=STATISTICAL, measured=measured,
                           held_to=f"∋ {format_value(t, digits + 2)}", bound=interval.bound,
-                          failure_probability=interval.failure_probability, agree=relative())
+                          failure_probability=interval.failure_probability, agree=relative(),
+                          fails_if=fails_if)
 
-    def beyond(self, name: str, value: Any, interval: Any, *, side: str = "both", digits: int = 3) -> bool:
+    def beyond(self, name: str, value: Any, interval: Any, *, side: str = "both", digits: int = 3,
+               fails_if: str | None = None) -> bool:
         """A statistical check that a value is excluded: ``value`` lies outside ``interval``
         (``side="below"``: the interval lies wholly above the value; ``"above"``: wholly below)."""
         v = float(_number(value))
@@ -491,7 +519,8 @@ class _Recorder:
         relation = {"both": "∌", "below": "above", "above": "below"}[side]
         return self.check(name, passed, kind=STATISTICAL, measured=measured,
                           held_to=f"{relation} {format_value(v, digits + 2)}", bound=interval.bound,
-                          failure_probability=interval.failure_probability, agree=relative())
+                          failure_probability=interval.failure_probability, agree=relative(),
+                          fails_if=fails_if)
 
 
 _NONFINITE = re.compile(r"NaN|nan|∞|\binf\b")
@@ -517,6 +546,18 @@ class Evidence(_Recorder):
         if any(c.name == entry.name and c.condition == entry.condition for c in self.checks):
             raise ValueError(f"{self.claim.id}: a check named {entry.name!r} is already recorded")
         self.checks.append(entry)
+
+    @property
+    def supporting(self) -> _Recorder:
+        """Records a parity or identity the other checks rely on (attnref against torch, a formula
+        against its loop transcription): it must pass, but it neither proves nor refutes the claim."""
+        return _Recorder(self, SUPPORTING)
+
+    @property
+    def demonstration(self) -> _Recorder:
+        """Records a check shown beside the evidence that does not vote (e.g. a CLT band failing on
+        heavy tails, shown to explain why the book uses another bound)."""
+        return _Recorder(self, DEMONSTRATION)
 
     @property
     def counterexample(self) -> _Recorder:
@@ -560,8 +601,13 @@ def forget() -> None:
 
 
 def decide(checks) -> str:
-    """The rule: recorded checks → one of :data:`ALL_VERDICTS` (see the module docstring)."""
-    checks = list(checks)
+    """The rule: recorded checks → one of :data:`ALL_VERDICTS` (see the module docstring).
+    Demonstrations do not vote; a supporting check that fails makes the evidence *not
+    established* (the other checks rely on it), and one that passes decides nothing."""
+    checks = [c for c in checks if c.bears_on != DEMONSTRATION]
+    if not all(c.passed for c in checks if c.bears_on == SUPPORTING):
+        return NOT_ESTABLISHED
+    checks = [c for c in checks if c.bears_on != SUPPORTING]
     stated = [c for c in checks if c.bears_on == STATED]
     conditioned = [c for c in checks if c.bears_on == CONDITION]
     counter = [c for c in checks if c.bears_on == COUNTEREXAMPLE]
@@ -590,7 +636,7 @@ def deciding(checks, verdict: str) -> list[Check]:
     under conditions), the failing checks (not established), else every check of the claim as stated."""
     checks = list(checks)
     if verdict == NOT_ESTABLISHED:
-        return [c for c in checks if not c.passed] or checks
+        return [c for c in checks if not c.passed and c.bears_on != DEMONSTRATION] or checks
     if verdict in (FAILS, CONDITIONS):
         return [c for c in checks if c.bears_on == COUNTEREXAMPLE and c.passed]
     return [c for c in checks if c.bears_on == STATED]
@@ -600,23 +646,75 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _as_dict(c) -> dict:
+    return c if isinstance(c, dict) else c.as_dict()
+
+
+def check_label(c) -> str:
+    """A check's name as the evidence table shows it, with its role."""
+    c = _as_dict(c)
+    prefix = {COUNTEREXAMPLE: "*counterexample:* ", SUPPORTING: "*supporting:* ",
+              DEMONSTRATION: "*demonstration, does not vote:* "}.get(c["bears_on"], "")
+    if c["bears_on"] == CONDITION:
+        prefix = f"*if {c['condition']}:* "
+    return prefix + c["name"]
+
+
+def kind_label(c) -> str:
+    """A check's kind; for a statistical check its bound and its failure probability (guaranteed
+    bounds) or nominal level (the others)."""
+    c = _as_dict(c)
+    if c["kind"] != STATISTICAL:
+        return c["kind"]
+    level = format_value(c["failure_probability"], 1)
+    if c["bound"] in GUARANTEED_BOUNDS:
+        return f"statistical ({c['bound']}, failure prob. ≤ {level})"
+    return f"statistical ({c['bound']}, nominal level {level})"
+
+
+def levels(checks) -> dict:
+    """The statistical checks that vote: the summed failure probability of the guaranteed ones
+    (a union bound: the chance that any of them fails though the claim holds) and the names of
+    the nominal ones."""
+    voting = [_as_dict(c) for c in checks if _as_dict(c)["kind"] == STATISTICAL
+              and _as_dict(c)["bears_on"] != DEMONSTRATION]
+    guaranteed = [c for c in voting if c["bound"] in GUARANTEED_BOUNDS]
+    return {"guaranteed": len(guaranteed),
+            "failure_probability": sum(c["failure_probability"] for c in guaranteed),
+            "nominal": [c["name"] for c in voting if c["bound"] not in GUARANTEED_BOUNDS]}
+
+
+def levels_sentence(checks) -> str:
+    """One sentence on the statistical levels of a claim's evidence ('' without statistical checks)."""
+    info = levels(checks)
+    parts = []
+    if info["guaranteed"]:
+        parts.append(f"{info['guaranteed']} statistical check{'s' if info['guaranteed'] > 1 else ''} with "
+                     f"guaranteed levels: the chance that any fails though the claim holds is at most "
+                     f"{format_value(info['failure_probability'], 2)} (union bound)")
+    if info["nominal"]:
+        n = len(info["nominal"])
+        parts.append(f"{n} with nominal levels only (asymptotic or assuming normality): "
+                     + "; ".join(info["nominal"]))
+    return ("*Levels:* " + ". ".join(parts) + ".") if parts else ""
+
+
 def evidence_table(checks, mask_measured: bool = False) -> str:
-    """The evidence as a markdown table: check · kind · measured · held to · passed. ``checks``
-    are :class:`Check` objects or their dicts (a stored verdict's metadata); ``mask_measured``
-    shows "…" for a measured value that may differ on another machine (``agree`` is not EXACT)."""
-    lines = ["| Check | Kind | Measured | Held to | Passed |", "| :--- | :--- | ---: | :--- | :---: |"]
+    """The evidence as a markdown table: check · kind · measured · held to · passed (and
+    "fails if" when a check names what it rules out). ``checks`` are :class:`Check` objects or
+    their dicts (a stored verdict's metadata); ``mask_measured`` shows "…" for a measured value that
+    may differ on another machine (``agree`` is not EXACT)."""
+    checks = [_as_dict(c) for c in checks]
+    with_fails_if = any(c.get("fails_if") for c in checks)
+    lines = ["| Check | Kind | Measured | Held to | Passed |" + (" Fails if |" if with_fails_if else ""),
+             "| :--- | :--- | ---: | :--- | :---: |" + (" :--- |" if with_fails_if else "")]
     for c in checks:
-        c = c if isinstance(c, dict) else c.as_dict()
-        name = c["name"]
-        if c["bears_on"] == COUNTEREXAMPLE:
-            name = f"*counterexample:* {name}"
-        elif c["bears_on"] == CONDITION:
-            name = f"*if {c['condition']}:* {name}"
-        kind = c["kind"] if c["kind"] != STATISTICAL else \
-            f"statistical ({c['bound']}, failure prob. ≤ {format_value(c['failure_probability'], 1)})"
         measured = "…" if mask_measured and c.get("agree", EXACT) != EXACT else c["measured"]
-        lines.append(f"| {_cell(name)} | {_cell(kind)} | {_cell(measured)} | {_cell(c['held_to'])} | "
-                     f"{'✓' if c['passed'] else '✗'} |")
+        row = (f"| {_cell(check_label(c))} | {_cell(kind_label(c))} | {_cell(measured)} | {_cell(c['held_to'])} | "
+               f"{'✓' if c['passed'] else '✗'} |")
+        if with_fails_if:
+            row += f" {_cell(c.get('fails_if') or '—')} |"
+        lines.append(row)
     return "\n".join(lines)
 
 
@@ -627,7 +725,9 @@ def render_markdown(metadata: dict, mask_measured: bool = False) -> str:
     text = f"**{metadata['id']}{where}: {metadata['verdict']}.**"
     if metadata.get("conditions"):
         text += " *Conditions:* " + "; ".join(metadata["conditions"]) + "."
-    return text + f" {metadata['reason']}\n\n" + evidence_table(metadata["checks"], mask_measured)
+    text += f" {metadata['reason']}\n\n" + evidence_table(metadata["checks"], mask_measured)
+    sentence = levels_sentence(metadata["checks"])
+    return text + (f"\n\n{sentence}" if sentence else "")
 
 
 @dataclass
@@ -650,6 +750,7 @@ class Verdict:
             if self.model is None or (self.claim.id, self.model) in RECHECKS else None,
             "reason": self.reason, "conditions": conditions_of(self.checks),
             "kinds": list(dict.fromkeys(c.kind for c in self.checks)),
+            "levels": levels(self.checks),
             "checks": [c.as_dict() for c in self.checks],
         }
 

@@ -510,25 +510,22 @@ def render_headline(book: Book, ids: list[str]) -> str:
 
 
 def render_verdict_box(v: VerdictOutput) -> str:
-    """The verdict box under a claim's proposition: badge, reason, conditions, evidence table."""
+    """The verdict box under a claim's proposition: badge, reason, conditions, evidence table
+    (with a "fails if" column when the checks name what they rule out), statistical levels."""
     where = f" on {registry.MODELS[v.model].short}" if v.model in registry.MODELS else ""
     head = f"{_badge(v.verdict)} **{v.id}{where}.** {' '.join(v.reason.split())}"
     if v.conditions:
         head += " *Conditions:* " + "; ".join(" ".join(c.split()) for c in v.conditions) + "."
+    with_fails_if = any(c.get("fails_if") for c in v.checks)
     rows = []
     for c in v.checks:
-        name = inline(c.get("name", ""))
-        if c.get("bears_on") == registry.COUNTEREXAMPLE:
-            name = f"*counterexample:* {name}"
-        elif c.get("bears_on") == registry.CONDITION:
-            name = f"*if {inline(c.get('condition') or '')}:* {name}"
-        kind = str(c.get("kind", ""))
-        if kind == registry.STATISTICAL:
-            kind += f" ({c.get('bound')}, failure probability ≤ {registry.format_value(c.get('failure_probability'), 1)})"
-        rows.append([name, inline(kind), inline(c.get("measured", "")), inline(c.get("held_to", "")),
-                     "✓" if c.get("passed") else "✗ **failed**"])
-    table = _table(["Check", "Kind", "Measured", "Held to", "Passed"], rows, ["l", "l", "r", "l", "c"])
-    return "\n".join([head, "", *_container(table, "evidence-table")])
+        row = [inline(registry.check_label(c)), inline(registry.kind_label(c)), inline(c.get("measured", "")),
+               inline(c.get("held_to", "")), "✓" if c.get("passed") else "✗ **failed**"]
+        rows.append(row + ([inline(c.get("fails_if") or "—")] if with_fails_if else []))
+    header = ["Check", "Kind", "Measured", "Held to", "Passed"] + (["Fails if"] if with_fails_if else [])
+    table = _table(header, rows, ["l", "l", "r", "l", "c"] + (["l"] if with_fails_if else []))
+    sentence = registry.levels_sentence(v.checks)
+    return "\n".join([head, "", *_container(table, "evidence-table")] + (["", inline(sentence)] if sentence else []))
 
 
 def load_report(root: Path) -> tuple[dict | None, str | None]:

@@ -139,7 +139,7 @@ def verdicts_agree(stored: dict, new: dict) -> list[str]:
     """Problems between a stored verdict's metadata and its re-run's."""
     claim = stored.get("id", "?") + (f" on {stored['model']}" if stored.get("model") else "")
     problems = []
-    for key in ("id", "chapter", "model", "real_model", "verdict", "expected", "conditions", "kinds"):
+    for key in ("id", "chapter", "model", "real_model", "verdict", "expected", "conditions", "kinds", "levels"):
         if stored.get(key) != new.get(key):
             problems.append(f"{claim}: {key} is {stored.get(key)!r} stored, {new.get(key)!r} in the re-run")
     problems += [f"{claim}, reason: {p}" for p in texts_agree(stored.get("reason", ""), new.get("reason", ""))]
