@@ -66,3 +66,16 @@ def test_fails_if_lines_are_shown_in_their_own_column():
     assert "Fails if" not in claims.evidence_table(e.checks[1:])       # only when a check names one
     with pytest.raises(ValueError, match="fails_if"):
         e.exact("empty", 1, 1, kind=claims.SYMBOLIC, fails_if="  ")
+
+
+def test_a_recheck_whose_premise_is_measured_to_fail_says_so():
+    e = claims.Evidence("C3", model="all-MiniLM-L6-v2")
+    e.premise_fails.at_least("within-row Var[q·k] / d_k (premise: 1)", 1.99, 1.5, kind=claims.REAL_MODEL)
+    e.at_most("anything else measured", 0.1, 1.0, kind=claims.REAL_MODEL)
+    assert claims.decide(e.checks) == claims.PREMISE_FAILS
+    assert "*premise fails:*" in claims.evidence_table(e.checks)
+    broken = claims.Evidence("C3", model="all-MiniLM-L6-v2")
+    broken.premise_fails.at_least("within-row Var[q·k] / d_k (premise: 1)", 1.01, 1.5, kind=claims.REAL_MODEL)
+    assert claims.decide(broken.checks) == claims.NOT_ESTABLISHED
+    with pytest.raises(ValueError, match="rechecks"):
+        claims.Evidence("C3").premise_fails

@@ -49,9 +49,12 @@ from typing import Any
 HOLDS = "holds"
 CONDITIONS = "holds under conditions"
 FAILS = "does not hold"
+#: A recheck on a trained model whose premise is measured not to hold there (C3's independent
+#: unit-variance components, C6's equal norms): the claim is not tested, the premise is refuted.
+PREMISE_FAILS = "premise fails here"
 NOT_ESTABLISHED = "not established"
 #: The verdicts a claim can be expected to have; NOT_ESTABLISHED is never expected.
-VERDICTS = (HOLDS, CONDITIONS, FAILS)
+VERDICTS = (HOLDS, CONDITIONS, FAILS, PREMISE_FAILS)
 ALL_VERDICTS = (*VERDICTS, NOT_ESTABLISHED)
 
 # Kinds of check.
@@ -67,10 +70,11 @@ KINDS = (SYMBOLIC, NUMERICAL, PARITY, STATISTICAL, REAL_MODEL, TRAINING)
 STATED = "claim as stated"
 CONDITION = "under a condition"
 COUNTEREXAMPLE = "counterexample"      # a case where the claim's conclusion fails
+PREMISE = "premise fails"              # rechecks: the claim's premise measured not to hold here
 SUPPORTING = "supporting"              # a parity or identity the other checks rely on: must pass,
                                        # neither proves nor refutes the claim
 DEMONSTRATION = "demonstration"        # shown beside the evidence; does not vote
-BEARINGS = (STATED, CONDITION, COUNTEREXAMPLE, SUPPORTING, DEMONSTRATION)
+BEARINGS = (STATED, CONDITION, COUNTEREXAMPLE, PREMISE, SUPPORTING, DEMONSTRATION)
 
 # Types of statistical bound. A guaranteed bound holds at the sample size used (exact,
 # finite-sample): its failure probability is a probability, at most MAX_FAILURE_PROBABILITY. A
@@ -548,6 +552,15 @@ class Evidence(_Recorder):
         self.checks.append(entry)
 
     @property
+    def premise_fails(self) -> _Recorder:
+        """Records checks (recheck on a trained model only) showing that the claim's premise does
+        not hold in this model: each passes when the premise is violated. If they all pass, the
+        verdict is :data:`PREMISE_FAILS`: the claim is not tested here, whatever else was measured."""
+        if self.model is None:
+            raise ValueError(f"{self.claim.id}: premise_fails is for rechecks on a trained model (model=…)")
+        return _Recorder(self, PREMISE)
+
+    @property
     def supporting(self) -> _Recorder:
         """Records a parity or identity the other checks rely on (attnref against torch, a formula
         against its loop transcription): it must pass, but it neither proves nor refutes the claim."""
@@ -608,6 +621,9 @@ def decide(checks) -> str:
     if not all(c.passed for c in checks if c.bears_on == SUPPORTING):
         return NOT_ESTABLISHED
     checks = [c for c in checks if c.bears_on != SUPPORTING]
+    premise = [c for c in checks if c.bears_on == PREMISE]
+    if premise:
+        return PREMISE_FAILS if all(c.passed for c in premise) else NOT_ESTABLISHED
     stated = [c for c in checks if c.bears_on == STATED]
     conditioned = [c for c in checks if c.bears_on == CONDITION]
     counter = [c for c in checks if c.bears_on == COUNTEREXAMPLE]
@@ -639,6 +655,8 @@ def deciding(checks, verdict: str) -> list[Check]:
         return [c for c in checks if not c.passed and c.bears_on != DEMONSTRATION] or checks
     if verdict in (FAILS, CONDITIONS):
         return [c for c in checks if c.bears_on == COUNTEREXAMPLE and c.passed]
+    if verdict == PREMISE_FAILS:
+        return [c for c in checks if c.bears_on == PREMISE]
     return [c for c in checks if c.bears_on == STATED]
 
 
@@ -653,7 +671,7 @@ def _as_dict(c) -> dict:
 def check_label(c) -> str:
     """A check's name as the evidence table shows it, with its role."""
     c = _as_dict(c)
-    prefix = {COUNTEREXAMPLE: "*counterexample:* ", SUPPORTING: "*supporting:* ",
+    prefix = {COUNTEREXAMPLE: "*counterexample:* ", SUPPORTING: "*supporting:* ", PREMISE: "*premise fails:* ",
               DEMONSTRATION: "*demonstration, does not vote:* "}.get(c["bears_on"], "")
     if c["bears_on"] == CONDITION:
         prefix = f"*if {c['condition']}:* "

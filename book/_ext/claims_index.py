@@ -341,7 +341,7 @@ def _doc(text: str, notebook: str) -> str:
 
 
 BADGE = {registry.HOLDS: "bdg-success", registry.CONDITIONS: "bdg-warning", registry.FAILS: "bdg-danger",
-         registry.NOT_ESTABLISHED: "bdg-dark"}
+         registry.PREMISE_FAILS: "bdg-secondary", registry.NOT_ESTABLISHED: "bdg-dark"}
 
 
 def _badge(verdict: str | None) -> str:
@@ -513,9 +513,13 @@ def render_verdict_box(v: VerdictOutput) -> str:
     """The verdict box under a claim's proposition: badge, reason, conditions, evidence table
     (with a "fails if" column when the checks name what they rule out), statistical levels."""
     where = f" on {registry.MODELS[v.model].short}" if v.model in registry.MODELS else ""
+    # the popular claim the badge judges (under a true proposition the badge may read "does not hold")
+    claim = f"*The claim:* {inline(registry.CLAIMS[v.id].statement)}" if v.id in registry.CLAIMS else ""
     head = f"{_badge(v.verdict)} **{v.id}{where}.** {' '.join(v.reason.split())}"
     if v.conditions:
         head += " *Conditions:* " + "; ".join(" ".join(c.split()) for c in v.conditions) + "."
+    if claim:
+        head = claim + "\n\n" + head
     with_fails_if = any(c.get("fails_if") for c in v.checks)
     rows = []
     for c in v.checks:
@@ -744,7 +748,8 @@ def _verdict_directive():
                 logger.warning(f"verdict: no stored verdict for {claim_id}{where} in {path.name} "
                                "(run the notebook: make execute)", location=self.get_location())
                 return []
-            css = {registry.HOLDS: "holds", registry.CONDITIONS: "conditions", registry.FAILS: "fails"}
+            css = {registry.HOLDS: "holds", registry.CONDITIONS: "conditions", registry.FAILS: "fails",
+                   registry.PREMISE_FAILS: "premise"}
             box = nodes.container(classes=["verdict-box", f"verdict-{css.get(v.verdict, 'open')}"])
             lines = render_verdict_box(v).splitlines()
             self.state.nested_parse(StringList(lines, source=str(path)), self.content_offset, box)
