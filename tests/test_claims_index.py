@@ -258,7 +258,7 @@ def test_verdict_box_shows_badge_reason_conditions_and_every_check(tmp_path: Pat
     book = _book(tmp_path, {3: _section("M5", claims.CONDITIONS, condition="a Parseval frame")})
     box = index.render_verdict_box(book.records("M5")[0])
     claim, blank, head, *rest = box.splitlines()
-    assert claim == f"*The claim:* {claims.CLAIMS['M5'].statement}" and blank == ""
+    assert claim == "*The claim:* " + index.inline(claims.CLAIMS['M5'].statement) and blank == ""
     assert head == ("{bdg-warning}`holds under conditions` **M5.** A reason with $d_k$. "
                     "*Conditions:* a Parseval frame.")
     assert "| *counterexample:* a counterexample | numerical | 1 | = 1 | ✓ |" in rest
