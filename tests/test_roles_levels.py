@@ -79,3 +79,13 @@ def test_a_recheck_whose_premise_is_measured_to_fail_says_so():
     assert claims.decide(broken.checks) == claims.NOT_ESTABLISHED
     with pytest.raises(ValueError, match="rechecks"):
         claims.Evidence("C3").premise_fails
+
+
+def test_a_recheck_may_state_the_level_its_sample_supports_a_claim_may_not():
+    recheck = claims.Evidence("D2", model="SmolLM2-135M-Instruct")
+    recheck.at_least("sign test: blocks whose gradient falls toward the output (16 sentences)", 14, 12,
+                     kind=claims.STATISTICAL, bound="exact", failure_probability=0.002)
+    assert claims.levels(recheck.checks)["failure_probability"] == 0.002
+    with pytest.raises(ValueError, match="failure probability"):
+        claims.Evidence("D2").at_least("the same on a claim", 14, 12, kind=claims.STATISTICAL, bound="exact",
+                                       failure_probability=0.002)
