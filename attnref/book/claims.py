@@ -224,6 +224,9 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
     _C("H6", "gauge-freedom", 5, "The factors of W_i are determined only up to an invertible d_k × d_k matrix.", HOLDS),
     _C("H7", "low-rank-bottleneck", 5, "One head's n × n logit matrix (equivalently its row-centred log-weights) has rank at most d_k, so some patterns are out of reach when d_k < n.", HOLDS),
     _C("H8", "rope-no-single-w", 5, "With rotary positions there is no single fused W per head: the scores use W_Q R_{j−i} W_Kᵀ, depend on positions only through j − i, and the gauge freedom shrinks to matrices commuting with the rotations.", HOLDS),
+    # 6 · The claims on trained Transformers
+    _C("A1", "attention-sinks", 6, "Trained Transformers park much of their attention mass on a few content-free tokens (attention sinks): since softmax weights cannot be zero, a head with nothing to attend to attends to a sink, whose small value vector makes that mass a near no-op.", HOLDS),
+    _C("A2", "anisotropy", 6, "L4's isotropic premise fails for trained representations: token vectors share common directions, so tokens of different sentences have a mean cosine well above 0 and E[cos²] far above 1/d.", HOLDS),
     # 7 · Depth
     _C("D1", "rank-collapse", 7, "A stack of self-attention layers drives the tokens to one shared vector (rank collapse), doubly exponentially in depth.", CONDITIONS),
     _C("D2", "pre-ln-identity-path", 7, "The pre-LN block x + F(LN(x)) is the pre-activation ResNet: at initialisation its last layer's gradient shrinks like 1/√L with depth L and its per-layer gradients vary far less than post-LN's, which grow toward the output.", HOLDS),
