@@ -195,31 +195,47 @@ def matmul_multiply_adds(a_shape: tuple, b_shape: tuple) -> int:
     return p * q * r
 
 
-def score_multiply_adds(n, d, d_k, m=None, fused: bool = False, project_keys: bool = True):
-    r"""Multiply–adds of one head's score matrix :math:`S \in \mathbb{R}^{n \times m}`.
+def score_multiply_adds(n, d, d_k, m=None, fused: bool = False, project_keys: bool = True,
+                        absorbed: bool = False):
+    r"""Multiply–adds of one head's score matrix :math:`S \in \mathbb{R}^{n \times m}`, in one of
+    three orders of evaluation.
 
-    Factored (``fused=False``), :math:`S = (X_q W_i^Q)(X_k W_i^K)^\top`:
+    Factored (the default), :math:`S = (X_q W_i^Q)(X_k W_i^K)^\top`:
     :math:`n d d_k + m d d_k + n m d_k` (:math:`2 n d d_k + n^2 d_k` in self-attention). With
     ``project_keys=False`` the keys :math:`K_i = X_k W_i^K` are already at hand (a cache of
     projected keys) and their :math:`m d d_k` is not counted.
 
+    Absorbed (``absorbed=True``), the factors evaluated as :math:`S = ((X_q W_i^Q) W_i^{K\top})
+    X_k^\top`: :math:`2 n d d_k + n m d`. :math:`W_i^K` is "absorbed" into the query, which then
+    meets the raw key inputs :math:`X_k`: no key is projected, and no :math:`d \times d` matrix
+    is stored.
+
     Fused (``fused=True``), :math:`S = (X_q W_i) X_k^\top` with the stored
     :math:`W_i = W_i^Q W_i^{K\top} \in \mathbb{R}^{d\times d}`: :math:`n d^2 + n m d`
-    (:math:`n d^2 + n^2 d`). It reads the raw key inputs :math:`X_k`: "absorbing" :math:`W_i^K`
-    into the query, so no key is ever projected (``project_keys`` does not apply). Forming
-    :math:`W_i` itself (:math:`d^2 d_k`, once per weight update) is not included. ``m``
-    defaults to ``n``.
+    (:math:`n d^2 + n^2 d`). It also reads the raw key inputs. Forming :math:`W_i` itself
+    (:math:`d^2 d_k`, once per weight update) is not included.
 
-    Three regimes follow (chapter 5, H4): self-attention (:math:`m = n`, keys projected once)
-    and a cache of projected keys favour the factors; few queries over many cached *raw*
-    inputs favour the fused matrix.
+    ``project_keys`` applies to the factored order only; ``fused`` and ``absorbed`` exclude each
+    other. ``m`` defaults to ``n``. The orders that start from the keys
+    (:math:`X_q (W_i X_k^\top)` …) are these counts with ``n`` and ``m`` exchanged
+    (:math:`S^\top = X_k W_i^\top X_q^\top`).
+
+    Fused minus absorbed is :math:`n d (d - 2 d_k)`: with :math:`d_k \le d/2` (every layer of
+    :math:`h \ge 2` heads of width :math:`d/h`) the fused matrix is never cheaper than the best
+    order of the factors (chapter 5, H4).
     """
-    if not isinstance(project_keys, bool):
-        raise ValueError(f"project_keys must be a bool, got {project_keys!r}")
-    if not isinstance(fused, bool):
-        raise ValueError(f"fused must be a bool, got {fused!r}")
+    for name, flag in (("project_keys", project_keys), ("fused", fused), ("absorbed", absorbed)):
+        if not isinstance(flag, bool):
+            raise ValueError(f"{name} must be a bool, got {flag!r}")
+    if fused and absorbed:
+        raise ValueError("fused and absorbed are two different orders: pass at most one")
     m = n if m is None else m
     n, m, d, d_k = _size("n", n), _size("m", m), _size("d", d), _size("d_k", d_k)
+    if absorbed:
+        queries = matmul_multiply_adds((n, d), (d, d_k))     # Q_i = X_q W_i^Q: (n, d)(d, d_k)
+        absorbed_q = matmul_multiply_adds((n, d_k), (d_k, d))   # Q_i W_i^Kᵀ: (n, d_k)(d_k, d)
+        scores = matmul_multiply_adds((n, d), (d, m))        # (Q_i W_i^Kᵀ) X_kᵀ: (n, d)(d, m)
+        return queries + absorbed_q + scores
     if not fused:
         queries = matmul_multiply_adds((n, d), (d, d_k))     # Q_i = X_q W_i^Q: (n, d)(d, d_k)
         keys = matmul_multiply_adds((m, d), (d, d_k)) if project_keys else 0   # K_i = X_k W_i^K: (m, d)(d, d_k)

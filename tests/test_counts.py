@@ -143,12 +143,35 @@ def test_score_multiply_adds_match_torch_flop_counter(n, m, d, d_k):
     w_fused = w_q @ w_k.T
     k_cached = x_k @ w_k
     runs = {
-        (False, True): lambda: (x_q @ w_q) @ (x_k @ w_k).T,
-        (False, False): lambda: (x_q @ w_q) @ k_cached.T,
-        (True, True): lambda: (x_q @ w_fused) @ x_k.T,
+        (False, True, False): lambda: (x_q @ w_q) @ (x_k @ w_k).T,
+        (False, False, False): lambda: (x_q @ w_q) @ k_cached.T,
+        (True, True, False): lambda: (x_q @ w_fused) @ x_k.T,
+        (False, True, True): lambda: ((x_q @ w_q) @ w_k.T) @ x_k.T,     # W^K absorbed into the query
     }
-    for (fused, project_keys), run in runs.items():
+    for (fused, project_keys, absorbed), run in runs.items():
         with FlopCounterMode(display=False) as counter:
             run()
-        expected = counts.score_multiply_adds(n, d, d_k, m=m, fused=fused, project_keys=project_keys)
+        expected = counts.score_multiply_adds(n, d, d_k, m=m, fused=fused, project_keys=project_keys,
+                                              absorbed=absorbed)
         assert counter.get_total_flops() == 2 * expected
+
+
+def test_absorbed_order_formula_and_the_issue_26_counts():
+    n, m, d, d_k = sp.symbols("n m d d_k", positive=True)
+    absorbed = counts.score_multiply_adds(n, d, d_k, m=m, absorbed=True)
+    assert sp.expand(absorbed - (2 * n * d * d_k + n * m * d)) == 0
+    fused = counts.score_multiply_adds(n, d, d_k, m=m, fused=True)
+    assert sp.factor(fused - absorbed) == sp.factor(n * d * (d - 2 * d_k))
+    # n = 1 query over m = 4096 raw inputs, d = 256, d_k = 32 (issue 26).
+    assert counts.score_multiply_adds(1, 256, 32, m=4096, fused=True) == 1_114_112
+    assert counts.score_multiply_adds(1, 256, 32, m=4096, absorbed=True) == 1_064_960
+    # A tie at d_k = d/2, the fused matrix cheaper only for d_k > d/2.
+    assert counts.score_multiply_adds(3, 64, 32, m=9, absorbed=True) == counts.score_multiply_adds(3, 64, 32, m=9, fused=True)
+    assert counts.score_multiply_adds(3, 64, 40, m=9, absorbed=True) > counts.score_multiply_adds(3, 64, 40, m=9, fused=True)
+
+
+def test_absorbed_order_bad_flags():
+    with pytest.raises(ValueError, match="absorbed must be a bool, got 'yes'"):
+        counts.score_multiply_adds(4, 8, 2, absorbed="yes")
+    with pytest.raises(ValueError, match="fused and absorbed are two different orders"):
+        counts.score_multiply_adds(4, 8, 2, fused=True, absorbed=True)
