@@ -157,3 +157,21 @@ def test_every_sanitize_rule_is_explained_and_needed():
         pattern = re.compile(parser[section]["regex"])
         assert any(pattern.search(o) for o in outputs), (
             f"sanitize rule [{section}] matches no stored output: remove it from {SANITIZE.name}")
+
+
+def test_the_book_build_ignores_a_second_virtual_environment_in_the_checkout():
+    """A checkout with another venv (e.g. `python -m venv env`) must not feed its packages'
+    markdown and notebooks to Sphinx (`make book` crashed on one: exclude_patterns listed .venv only)."""
+    import yaml
+    from sphinx.util.matching import Matcher
+
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    patterns = Matcher(config["exclude_patterns"])
+    # Sphinx skips a directory that matches, with everything below it
+    parts = lambda path: ["/".join(path.split("/")[:k]) for k in range(1, path.count("/") + 2)]
+    matcher = lambda path: any(patterns(p) for p in parts(path))
+    for path in ("env/lib/python3.11/site-packages/pkg/README.md", "venv2/lib/python3.12/site-packages/a/b.ipynb",
+                 "myenv/share/jupyter/kernels/x/kernel.md", "docs/DEVELOPING.md"):
+        assert matcher(path), f"{path} would be built as a page of the book"
+    for path in ("book/intro.md", "notebooks/01-nonlinearity.ipynb"):
+        assert not matcher(path), f"{path} is a page of the book"
