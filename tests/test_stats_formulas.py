@@ -276,7 +276,7 @@ def test_paired_t_is_the_student_interval(k, level):
     mean = fsum_mean(differences)
     half = t.ppf(0.5 + level / 2, k - 1) * math.sqrt(sample_variance(differences)) / math.sqrt(k)
     interval = results.paired_t(differences, level)
-    assert_interval(interval, mean, mean - half, mean + half, "t (asymptotic)", pytest.approx(1 - level, rel=REL), k)
+    assert_interval(interval, mean, mean - half, mean + half, "t (normal theory)", pytest.approx(1 - level, rel=REL), k)
     assert results.t_quantile(level, k - 1) == pytest.approx(t.ppf(0.5 + level / 2, k - 1), rel=REL)
 
 
@@ -305,5 +305,6 @@ def test_only_finite_sample_and_exact_bounds_are_guaranteed():
                   trained.bootstrap_interval(0.5, x, 0.1)]
     assert all(i.guaranteed for i in guaranteed) and not any(i.guaranteed for i in asymptotic)
     assert stats.GUARANTEED_BOUNDS <= set(claims.BOUNDS)
-    # every label the book knows is either a guarantee or says "asymptotic"
-    assert all((b in stats.GUARANTEED_BOUNDS) != ("asymptotic" in b) for b in claims.BOUNDS)
+    # every label the book knows is either a guarantee or nominal (asymptotic, or normal theory)
+    assert all((b in stats.GUARANTEED_BOUNDS) != (b in claims.NOMINAL_BOUNDS) for b in claims.BOUNDS)
+    assert all("asymptotic" in b or "normal theory" in b for b in claims.NOMINAL_BOUNDS)

@@ -138,7 +138,7 @@ def test_paired_t_matches_scipy():
     ours = results.paired_t(diffs, 0.95)
     ref = stats.ttest_1samp(diffs, 0.0).confidence_interval(0.95)
     assert ours.low == pytest.approx(ref.low, abs=1e-12) and ours.high == pytest.approx(ref.high, abs=1e-12)
-    assert ours.bound == "t (asymptotic)" and ours.failure_probability == pytest.approx(0.05)
+    assert ours.bound == "t (normal theory)" and ours.failure_probability == pytest.approx(0.05)
 
 
 @pytest.mark.parametrize("df", [1, 2, 4, 9, 30])

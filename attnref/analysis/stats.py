@@ -34,6 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from attnref.book import claims
+
 Tensor = torch.Tensor
 
 #: Normal quantile of the bounds: P(|Z| > 5) ≈ 5.7e-7.
@@ -96,10 +98,10 @@ def variance_estimate(samples: Tensor, z: float = Z_DEFAULT) -> Estimate:
 
 
 #: Bounds (labels of :attr:`Interval.bound`) that hold for every sample size: their failure
-#: probability is a guarantee. The others ("CLT (asymptotic)", "bootstrap (asymptotic)",
-#: "t (asymptotic)") hold only in a limit, or under an assumption the data do not show.
-GUARANTEED_BOUNDS = frozenset({"exact", "Hoeffding", "Bernstein", "empirical Bernstein", "DKW", "median of means",
-                               "Chebyshev", "Clopper–Pearson"})
+#: probability is a guarantee (the same list as ``attnref.book.claims.GUARANTEED_BOUNDS``). The
+#: others ("CLT (asymptotic)", "bootstrap (asymptotic)", "t (normal theory)") hold only in a limit,
+#: or under an assumption the data do not show: their level is nominal.
+GUARANTEED_BOUNDS = frozenset(claims.GUARANTEED_BOUNDS)
 
 
 @dataclass(frozen=True)
