@@ -39,7 +39,7 @@ PORTABLE_ARGS ?=
 KERNEL_PATHS ?= avx512:AVX512 avx2:AVX2 default:SSE4_2
 DETERMINISM_LOG ?= /tmp/attention-claims-determinism.log
 
-.PHONY: portability experiments measure install book bundle pdf test test-fast seeds test-seeds determinism bench preflight execute lock clean help
+.PHONY: portability experiments experiments-recheck measure install book bundle pdf test test-fast seeds test-seeds determinism bench preflight execute lock clean help
 
 help:
 	@echo "make book | make pdf (the PDF edition) | make bundle (notebooks + wheel + lock, for download) | make test | make test-fast (no notebooks) | make execute (refresh stored outputs) | make clean"
@@ -127,6 +127,12 @@ measure: $(STAMP)
 # The notebook reads them; make test re-runs every variant's first steps and fails if the code changed since.
 experiments: $(STAMP)
 	$(RUN) $(BIN)/python tools/run_experiments.py --jobs $(JOBS)
+	@$(MAKE) --no-print-directory experiments-recheck
+
+# The comparison runs of E1, E4 and E5 again on torch's portable CPU kernels: chapter 8 shows that no
+# verdict depends on the kernel path (data/experiments/portable/).
+experiments-recheck: $(STAMP)
+	$(PORTABLE_PATH) $(RUN) $(BIN)/python tools/run_experiments.py --jobs $(JOBS) --recheck --out data/experiments/portable
 
 # Re-execute notebooks in place (default seed, one thread) after changing one; commit the result.
 execute: $(STAMP)

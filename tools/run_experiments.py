@@ -5,6 +5,12 @@ best (held-out accuracy, then loss); phase 2 trains each setting with its learni
 comparison seed. One thread per process, at most 2 worker processes; a progress bar per run.
 
     python tools/run_experiments.py [--jobs 2] [--only E1,E3] [--out data/experiments]
+
+``--recheck``: re-train every comparison run of the stored experiments (``--only``; the learning
+rates the stored files chose, no tuning) and write files of the same form to ``--out``. `make
+experiments` runs it under torch's portable CPU kernels (``ATEN_CPU_CAPABILITY=default``, MKL at
+SSE4.2) into ``data/experiments/portable/``: chapter 8 decides every verdict on both and shows that
+the kernel path changes none.
 """
 
 from __future__ import annotations
@@ -71,13 +77,57 @@ def _map(pool, jobs, title):
     return out
 
 
+def recheck(args) -> int:
+    """Every comparison run of the stored experiments again, on this process's CPU kernel path."""
+    from attnref.training import results
+
+    start = time.perf_counter()
+    chosen = [s.strip().upper() for s in args.only.split(",") if s.strip()] or ["E1", "E4", "E5"]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = max(1, min(2, args.jobs))
+    ctx = mp.get_context("fork")
+    pool = ctx.Pool(jobs, initializer=_init, initargs=(ctx.Value("i", 0),)) if jobs > 1 else None
+    print(f"recheck on torch's {torch.backends.cpu.get_cpu_capability()} kernels "
+          f"(MKL_ENABLE_INSTRUCTIONS={os.environ.get('MKL_ENABLE_INSTRUCTIONS', 'unrestricted')})", flush=True)
+    try:
+        for e in chosen:
+            stored = results.load(e, args.stored)
+            settings = ex.settings()[e]
+            lrs = {(s.variant, s.group): results.setting(stored, s.variant, s.group)["lr"] for s in settings}
+            jobs_ = [((e, i, seed), s, seed, lrs[(s.variant, s.group)])
+                     for i, s in enumerate(settings) for seed in stored["seeds"]]
+            runs = _map(pool, jobs_, f"{e} recheck")
+            data = {**{k: v for k, v in stored.items() if k != "settings"},
+                    "recheck_of": "data/experiments", "machine": provenance.machine(),
+                    "torch_version": torch.__version__, "python_version": platform.python_version(),
+                    "settings": [{**{k: v for k, v in results.setting(stored, s.variant, s.group).items()
+                                     if k != "runs"},
+                                  "runs": [runs[(e, i, seed)] for seed in stored["seeds"]]}
+                                 for i, s in enumerate(settings)]}
+            path = out / f"{e.lower()}.json"
+            path.write_text(json.dumps(data, indent=1) + "\n")
+            print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}", flush=True)
+    finally:
+        if pool:
+            pool.close()
+            pool.join()
+    print(f"recheck: {(time.perf_counter() - start) / 60:.1f} min")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--only", default="", help="comma-separated experiment IDs (default: all)")
     parser.add_argument("--out", default=str(ROOT / "data" / "experiments"))
     parser.add_argument("--steps", type=int, default=None, help="a smoke test: fewer steps (not the book's data)")
+    parser.add_argument("--recheck", action="store_true",
+                        help="re-train the comparison runs of the files in --stored with their learning rates")
+    parser.add_argument("--stored", default=str(ROOT / "data" / "experiments"))
     args = parser.parse_args(argv)
+    if args.recheck:
+        return recheck(args)
     if args.steps is not None:
         ex.STEPS = args.steps
     jobs = max(1, min(2, args.jobs))

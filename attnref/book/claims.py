@@ -184,10 +184,10 @@ CHAPTERS = {
 _C = Claim
 CLAIMS: dict[str, Claim] = {c.id: c for c in [
     # 1 · Where the nonlinearity lives
-    _C("Q1", "quadratic-scores", 1, "The self-attention scores Q Kᵀ = X W_Q W_Kᵀ Xᵀ are a homogeneous quadratic function of the input X (generically: with a non-zero, non-antisymmetric W_Q W_Kᵀ).", HOLDS),
+    _C("Q1", "quadratic-scores", 1, "With projections without biases, the self-attention scores Q Kᵀ = X W_QK Xᵀ (W_QK = W_Q W_Kᵀ) are a homogeneous quadratic function of the input X (generically: with a non-zero, non-antisymmetric W_QK); biases add linear and constant terms.", HOLDS),
     _C("Q2", "self-vs-cross", 1, "Self-attention projects one X into Q and K (not Q = K = X), so its scores are generically not symmetric; cross-attention scores are bilinear, linear in each input separately.", HOLDS),
     _C("Q3", "softmax-nonlinear", 1, "Softmax is nonlinear (neither additive nor homogeneous) yet shift invariant; its Jacobian is diag(p) − p pᵀ of rank n − 1.", HOLDS),
-    _C("Q4", "output-nonlinear", 1, "The attention output is nonlinear in X; even without softmax it is a homogeneous cubic.", HOLDS),
+    _C("Q4", "output-nonlinear", 1, "The attention output is nonlinear in X; even without softmax it is a homogeneous cubic (with projections without biases; biases add terms of lower degree).", HOLDS),
     _C("Q5", "ffn", 1, "The position-wise FFN is the explicit activation after attention; with ReLU it is piecewise linear, with GELU smooth.", HOLDS),
     _C("Q6", "additive-attention", 1, "In additive attention the query's term cancels in the softmax to first order, so the tanh is what makes the weights depend on the query.", CONDITIONS),
     _C("Q7", "gat-static", 1, "GAT's LeakyReLU keeps the query term from cancelling, but every node ranks its neighbours the same way (static attention).", HOLDS),
@@ -202,24 +202,26 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
     _C("M1", "input-dependent-weights", 3, "Attention and a linear layer both output weighted sums, but attention's weights depend on the input.", HOLDS),
     _C("M2", "position-wise", 3, "A linear layer applied to every token is a kernel-size-1 convolution; a window over tokens is a wider one.", HOLDS),
     _C("M3", "any-length", 3, "The same attention parameters process sequences of any length; a linear layer over the flattened sequence cannot.", HOLDS),
-    _C("M4", "permutation-equivariance", 3, "Without positional information self-attention is permutation equivariant.", HOLDS),
+    _C("M4", "permutation-equivariance", 3, "Without positional information self-attention is permutation equivariant.", CONDITIONS),
     _C("M5", "resolution-of-identity", 3, "Pairwise orthogonal word vectors satisfy Σᵢ |φᵢ⟩⟨φᵢ| = I.", CONDITIONS),
     _C("M6", "braket-attention", 3, "In bra-ket (softmax-free) attention a token unrelated to the others is mapped to itself.", FAILS),
     _C("M7", "convex-hull", 3, "Softmax attention outputs lie in the convex hull of the value vectors.", HOLDS),
     # 4 · Cosine versus dot product
     _C("C1", "cosine-scale-invariance", 4, "Cosine similarity ignores the scale of its arguments: cos(αa, βb) = sign(αβ) cos(a, b).", HOLDS),
     _C("C2", "cosine-vs-dot-factor", 4, "Cosine attention is dot-product attention with each score divided by the key norm only.", CONDITIONS),
-    _C("C3", "variance-dk", 4, "For q, k with independent zero-mean unit-variance components, q·k has mean 0 and variance d_k.", CONDITIONS),
+    _C("C3", "variance-dk", 4, "For q, k with independent zero-mean unit-variance components, q·k has mean 0 and variance d_k.", HOLDS),
     _C("C4", "scaling-saturation", 4, "Without the 1/√d_k factor softmax saturates as d_k grows: its entropy falls and its typical (median) Jacobian norm vanishes.", HOLDS),
     _C("C5", "cosine-bounded", 4, "Cosine attention cannot be sharp: with n keys its largest weight is at most e²/(e² + n − 1).", HOLDS),
     _C("C6", "layernorm-norm", 4, "After LayerNorm all vectors have the same norm, so dot product and cosine agree up to a factor.", CONDITIONS),
-    _C("C7", "magnitude-relevance", 4, "A dot-product score can encode a per-key prior (through the key's norm, or an additive bias b_j); cosine cannot.", HOLDS),
+    _C("C7", "magnitude-relevance", 4, "A dot-product score can encode an additive per-key prior b_j (through a constant feature, [q, 1]·[k_j, b_j]); cosine attention with an unbiased query cannot.", HOLDS),
     _C("C8", "other-scalings", 4, "1/√d_k is the right logit scaling for any queries and keys.", CONDITIONS),
+    _C("C9", "unselectable-keys", 4, "With dot-product scores a key strictly inside the convex hull of the other keys never receives the largest weight, for any query; with cosine scores every key of distinct direction can.", HOLDS),
+    _C("C10", "scalings-in-practice", 4, "The logit scalings used in practice keep the softmax out of saturation differently: T5 folds 1/√d_k into the initialisation (the same function family), Gemma 2 soft-caps logits with c·tanh(s/c), μP divides by d_k.", HOLDS),
     # 5 · Multi-head attention and the fused W
     _C("H1", "fused-bilinear", 5, "Per head, (Q W_i^Q)(K W_i^K)ᵀ = Q W_i Kᵀ with one fused matrix W_i = W_i^Q W_i^Kᵀ.", HOLDS),
     _C("H2", "low-rank", 5, "The fused matrix W_i has rank at most d_k (exactly d_k generically).", HOLDS),
     _C("H3", "parameter-count", 5, "The factored form stores 2·d·d_k parameters per head instead of d².", HOLDS),
-    _C("H4", "flop-count", 5, "Computing the scores through the fused d × d matrix would be cheaper than through the factors.", CONDITIONS),
+    _C("H4", "flop-count", 5, "Computing the scores through the fused d × d matrix would be cheaper than through the factors.", FAILS),
     _C("H5", "fused-projections", 5, "Per-head projections and one packed d × d projection reshaped into heads compute the same thing.", HOLDS),
     _C("H6", "gauge-freedom", 5, "The factors of W_i are determined only up to an invertible d_k × d_k matrix.", HOLDS),
     _C("H7", "low-rank-bottleneck", 5, "One head's n × n logit matrix (equivalently its row-centred log-weights) has rank at most d_k, so some patterns are out of reach when d_k < n.", HOLDS),
@@ -400,6 +402,11 @@ class _Recorder:
         self._evidence = evidence
         self._bears_on = bears_on
         self._condition = condition
+
+    @property
+    def evidence(self) -> "Evidence":
+        """The :class:`Evidence` this recorder adds to (to record a supporting check beside it)."""
+        return self._evidence
 
     # The general form --------------------------------------------------------------------
     def check(self, name: str, passed: Any, *, kind: str, measured: Any = None, held_to: str = "",

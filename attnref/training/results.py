@@ -52,6 +52,27 @@ def load(experiment: str, directory: Path | str | None = None, check_hash: bool 
     return data
 
 
+#: Where `make experiments-recheck` writes the comparison runs re-trained on torch's portable kernels.
+PORTABLE = "portable"
+
+
+def load_recheck(experiment: str, directory: Path | str | None = None) -> dict:
+    """The comparison runs of ``experiment`` re-trained on torch's portable CPU kernels
+    (``data/experiments/portable/``), checked against the main file: same training code, seeds,
+    settings and learning rates, and really run on another kernel path than the main file's."""
+    base = Path(directory or os.environ.get("ATTNREF_EXPERIMENTS") or _data_directory())
+    main = load(experiment, base)
+    again = load(experiment, base / PORTABLE)
+    if again["seeds"] != main["seeds"] or [(s["variant"], s["group"], s["lr"]) for s in again["settings"]] != \
+            [(s["variant"], s["group"], s["lr"]) for s in main["settings"]]:
+        raise StaleData(f"{PORTABLE}/{experiment.lower()}.json does not re-run the stored settings: "
+                        "run `make experiments-recheck`")
+    if (again.get("machine") or {}).get("cpu_capability") == (main.get("machine") or {}).get("cpu_capability"):
+        raise StaleData(f"{PORTABLE}/{experiment.lower()}.json ran on the same CPU kernel path as the main "
+                        "file: run `make experiments-recheck` (it sets ATEN_CPU_CAPABILITY=default)")
+    return again
+
+
 def setting(data: dict, variant: str, group: str | None = None) -> dict:
     """The stored setting of ``variant`` (in ``group``, when the experiment has several)."""
     found = [s for s in data["settings"] if s["variant"] == variant and (group is None or s["group"] == group)]
@@ -78,7 +99,8 @@ def paired_t(differences, level: float = 0.95) -> Interval:
     r"""Two-sided ``level`` t interval for the mean of paired differences,
     :math:`\bar D \pm t_{(1 + \text{level})/2,\, k-1}\, s / \sqrt k` with :math:`s` the sample standard
     deviation (denominator :math:`k - 1`) of the :math:`k` differences. Exact if the seed differences
-    are i.i.d. normal; named "t (asymptotic)" because that is assumed, not shown."""
+    are i.i.d. normal; named "t (normal theory)": exact under normality, which is assumed, not
+    shown, so its level is nominal."""
     values = [float(v) for v in differences]
     k = len(values)
     if k < 2:
@@ -86,4 +108,4 @@ def paired_t(differences, level: float = 0.95) -> Interval:
     mean = sum(values) / k
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (k - 1))
     half = t_quantile(level, k - 1) * sd / math.sqrt(k)
-    return Interval(mean, mean - half, mean + half, "t (asymptotic)", 1 - level, k)
+    return Interval(mean, mean - half, mean + half, "t (normal theory)", 1 - level, k)
