@@ -1,262 +1,262 @@
-"""Chapter 1 (Q1–Q7): each claim's checks catch one plausible bug.
+"""Chapter 1's checks can fail: for every claim Q1–Q7, plausible bugs injected into ``attnref``
+move the claim's verdict away from the expected one, and the check that catches each is named.
 
-For every claim the notebook's own experiment cells (read from ``notebooks/01-nonlinearity.ipynb``,
-executed here in a plain namespace, not in a kernel) run twice: on ``attnref`` as it is, where
-every recorded check must pass, and with one ``attnref`` function replaced by a *mutant* — a
-plausible bug — where a named check must fail and the verdict must move away from the
-catalogue's. Where the issue that asked for these checks found that an older check let the bug
-through (Q2's bilinearity, Q4's cubic slope, Q7's shared ranking), the test shows that this check
-still passes on the mutant and that the new parity check against an explicit-loop reference
-(``attnref.analysis.references``) is what catches it.
+Each test runs the set-up cell and the code cells of one claim section of
+``notebooks/01-nonlinearity.ipynb`` — the notebook's own derivation and experiment cells, not a
+copy of them (``tests/notebook_sections.py``; plotting cells and the verdict cell are skipped,
+``glue`` is a no-op) — with one ``attnref`` function monkeypatched to a mutant, and decides the
+verdict from the recorded evidence with ``claims.decide``. One test mutates the notebook's own
+sympy source instead (Q1's scores made linear in the second token).
 
-One test also mutates a derivation: Q1's sympy cell with the scores made linear in the second
-token, where the check S(αX) = α² S(X) must fail.
-
-The experiment cells of a section are the code cells after its "### Experiment" heading, minus
-the plotting cells (they carry a figure caption) and the verdict cell (tagged ``remove-cell``).
-The few values they take from the section's derivation (the Taylor coefficients of tanh and
-softplus for Q6, the bound on GELU'''' for Q5) are supplied here, so no sympy derivation runs
-except Q1's.
+The NaN tests put a NaN into what an ``attnref`` function returns: no check may pass on it (a
+Python ``max(acc, err)`` would drop a NaN arriving second; the cells take the max of a tensor).
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import math
-import sys
-import types
-from pathlib import Path
 
 import pytest
-import sympy as sp
 import torch
 
 import attnref
+import attnref.attention
 import attnref.layers
-from attnref.analysis import references as ref
-from attnref.analysis import series, stats
-from attnref.analysis import symbolic as sym
-from attnref.book import claims, seeding
+import attnref.multihead
+from attnref.book import claims
 
-ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOK = ROOT / "notebooks" / "01-nonlinearity.ipynb"
-CLAIM_IDS = ("Q1", "Q2", "Q3", "Q4", "Q5", "Q6", "Q7")
+import notebook_sections                     # tests/notebook_sections.py
+from notebook_sections import assert_caught
 
-
-# ------------------------------------------------------------------------------------------
-# Reading and running the notebook's cells
-# ------------------------------------------------------------------------------------------
-
-def _cells() -> list[dict]:
-    return json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+NOTEBOOK = "01-nonlinearity.ipynb"
+CLAIM_IDS = [f"Q{i}" for i in range(1, 8)]
 
 
-def _source(cell: dict) -> str:
-    return "".join(cell["source"])
-
-
-def section_cells(claim_id: str) -> tuple[list[str], list[str]]:
-    """(derivation cells, experiment cells) of a claim's section, as sources."""
-    derivation, experiment, inside, part = [], [], False, None
-    for cell in _cells():
-        text = _source(cell)
-        if cell["cell_type"] == "markdown":
-            if f"(claim-{claim_id.lower()})=" in text:
-                inside, part = True, derivation
-            elif "(claim-q" in text:
-                inside = False
-            if inside and "### Experiment" in text:
-                part = experiment
-            continue
-        if not inside:
-            continue
-        metadata = cell.get("metadata", {})
-        if "remove-cell" in metadata.get("tags", []) or "figure" in metadata.get("mystnb", {}):
-            continue                                      # the verdict cell, the plotting cells
-        part.append(text)
-    assert derivation and experiment, f"{NOTEBOOK.name}: no derivation or experiment cells for {claim_id}"
-    return derivation, experiment
-
-
-def _numerator(expr):
-    return sp.fraction(sp.together(sp.expand(expr)))[0]
-
-
-def namespace(claim_id: str) -> dict:
-    """What the set-up cell and the section's derivation give the experiment cells."""
-    evidence = claims.Evidence(claim_id)
-    ns = {"math": math, "torch": torch, "sp": sp, "attnref": attnref, "claims": claims,
-          "seeding": seeding, "ref": ref, "series": series, "stats": stats, "sym": sym,
-          "glue": lambda *args, **kwargs: None, "numerator": _numerator,
-          claim_id.lower(): evidence}
-    if claim_id == "Q5":
-        ns["q5_gelu_4_sup"] = 2 * math.sqrt(2 / math.pi)         # |GELU''''(0)|, its supremum
-    if claim_id == "Q6":
-        ns["small"] = evidence.under("both inputs small")
-        ns["phi_tanh"] = [1, 0, -sp.Rational(1, 3)]
-        ns["phi_softplus"] = [sp.Rational(1, 2), sp.Rational(1, 8), 0]
-    return ns
+def run_section(claim_id: str, replace: tuple[str, str] | None = None, namespace: dict | None = None):
+    """Run one claim section (optionally with one source mutation); return its verdict and checks."""
+    return notebook_sections.run_section(NOTEBOOK, CLAIM_IDS, claim_id, replace, namespace)
 
 
 @pytest.fixture(autouse=True)
-def float64_default():
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)            # as the notebook's set-up cell does
+def quiet(monkeypatch):
+    monkeypatch.setenv("ATTNREF_FIGURES", "off")
     yield
-    torch.set_default_dtype(previous)
 
 
-def run_experiment(claim_id: str) -> claims.Evidence:
-    """Run the section's experiment cells; return the evidence they recorded."""
-    ns = namespace(claim_id)
-    for i, source in enumerate(section_cells(claim_id)[1]):
-        exec(compile(source, f"<{claim_id} experiment cell {i}>", "exec"), ns)
-    return ns[claim_id.lower()]
-
-
-def verdict_of(evidence: claims.Evidence) -> str:
-    return claims.decide(evidence.checks)
-
-
-def failing(evidence: claims.Evidence) -> list[str]:
-    return [c.name for c in evidence.checks if not c.passed]
-
-
-def check(evidence: claims.Evidence, start: str) -> claims.Check:
-    found = [c for c in evidence.checks if c.name.startswith(start)]
-    assert len(found) == 1, f"{evidence.claim.id}: {len(found)} checks named {start!r}…: {[c.name for c in evidence.checks]}"
-    return found[0]
+def failing(checks) -> list[str]:
+    return [c.name for c in checks if not c.passed]
 
 
 # ------------------------------------------------------------------------------------------
-# The mutants: one plausible bug per claim
+# On attnref as it is: every check passes, with a role that means what it says
 # ------------------------------------------------------------------------------------------
 
-def _transposed_weight(queries, keys, weight):
-    """Q1: the fused weight used the wrong way round, S = X Wᵀ Xᵀ."""
-    return queries @ weight.T @ keys.transpose(-2, -1)
-
-
-def _fused_transposed_scaled(self, head):
-    """Q2: the fused matrix transposed and with the 1/√d_k of the softmax folded in."""
-    return (self.w_q[head] @ self.w_k[head].T).T / math.sqrt(self.d_k)
-
-
-_SOFTMAX = attnref.softmax
-
-
-def _softmax_half_temperature(logits, dim=-1):
-    """Q3: a temperature of 1/2 applied by mistake."""
-    return _SOFTMAX(2 * logits, dim=dim)
-
-
-_LINEAR_ATTENTION = attnref.linear_attention
-
-
-def _linear_attention_scaled(query, key, value):
-    """Q4: the softmax-free output scaled by 1/d_k."""
-    output, scores = _LINEAR_ATTENTION(query, key, value)
-    d_k = query.shape[-1]
-    return attnref.AttentionResult(output / d_k, scores / d_k)
-
-
-def _leaky_relu(x):
-    """Q5: a leaky ReLU (slope 0.01) where the FFN has a ReLU."""
-    return torch.where(x >= 0, x, 0.01 * x)
-
-
-def _additive_split(queries, keys, w_query, w_key, v, activation=torch.tanh):
-    """Q6: the activation applied to the query term and the key term separately."""
-    query_term = activation(queries @ w_query)               # (n, d_a)
-    key_term = activation(keys @ w_key)                      # (m, d_a)
-    return (query_term[..., :, None, :] + key_term[..., None, :, :]) @ v
-
-
-_GAT = attnref.gat_scores
-
-
-def _gat_swapped(nodes, weight, a, negative_slope=0.2, nonlinearity=True):
-    """Q7: the node and the neighbour term swapped, e_ij = LeakyReLU(a_1ᵀW h_j + a_2ᵀW h_i)."""
-    return _GAT(nodes, weight, a, negative_slope, nonlinearity).transpose(-2, -1)
-
-
-MUTANTS = {
-    # claim: (what is replaced, by what, the check (name prefix) that must catch it)
-    "Q1": ((attnref, "luong_general_scores"), _transposed_weight, "max |attnref − torch| of the scores"),
-    "Q2": ((attnref.MultiHeadWeights, "fused_bilinear"), _fused_transposed_scaled,
-           "fused_bilinear vs the loop"),
-    "Q3": ((attnref, "softmax"), _softmax_half_temperature, "max |attnref.softmax − torch.softmax|"),
-    "Q4": ((attnref, "linear_attention"), _linear_attention_scaled, "max over α of |linear_attention − loop"),
-    "Q5": ((attnref.layers.ACTIVATIONS, "relu"), _leaky_relu, "max |attnref.feed_forward − torch's FFN block| (ReLU)"),
-    "Q6": ((attnref, "additive_scores"), _additive_split, "additive_scores vs the loop"),
-    "Q7": ((attnref, "gat_scores"), _gat_swapped, "gat_scores (with, without LeakyReLU), gatv2_scores vs"),
-}
-
-#: Checks the issue found blind to the mutant: they must still pass on it (so the parity check
-#: above is what catches the bug).
-BLIND = {
-    "Q2": ["bilinearity in Y and in X", "log–log slope of ‖S‖, scaling both"],
-    "Q4": ["log–log slope of the softmax-free output"],
-    "Q7": ["(2) GAT: node pairs", "(2) GAT on the complete graph"],
-}
-
-
-def apply(monkeypatch, claim_id: str) -> None:
-    (target, name), mutant, _ = MUTANTS[claim_id]
-    if isinstance(target, dict):
-        monkeypatch.setitem(target, name, mutant)
-    else:
-        monkeypatch.setattr(target, name, mutant)
-
-
-# ------------------------------------------------------------------------------------------
-# Tests
-# ------------------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("claim_id", CLAIM_IDS)
-def test_experiment_checks_pass_on_attnref(claim_id):
-    evidence = run_experiment(claim_id)
-    assert evidence.checks, f"{claim_id}: the experiment recorded no check"
-    assert not failing(evidence), f"{claim_id}: checks fail on attnref: {failing(evidence)}"
-    assert verdict_of(evidence) == claims.CLAIMS[claim_id].expected
+STATED_PARITY = ("eq-q1-bias: torch's biased scores", "max |autograd Jacobian − (diag(p) − p pᵀ)|")
 
 
 @pytest.mark.parametrize("claim_id", CLAIM_IDS)
-def test_a_plausible_bug_is_caught(claim_id, monkeypatch):
-    apply(monkeypatch, claim_id)
-    evidence = run_experiment(claim_id)
-    catcher = check(evidence, MUTANTS[claim_id][2])
-    assert not catcher.passed, f"{claim_id}: {catcher.name!r} passed on the mutant ({catcher.measured})"
-    assert verdict_of(evidence) != claims.CLAIMS[claim_id].expected, (
-        f"{claim_id}: the verdict did not move; failing checks: {failing(evidence)}")
-    for start in BLIND.get(claim_id, []):
-        assert check(evidence, start).passed, f"{claim_id}: {start!r} now fails on the mutant too"
+def test_every_check_passes_on_attnref_and_names_what_it_rules_out(claim_id):
+    verdict, checks = run_section(claim_id)
+    assert not failing(checks), f"{claim_id}: checks fail on attnref: {failing(checks)}"
+    assert verdict == claims.CLAIMS[claim_id].expected
+    assert all(c.fails_if for c in checks), [c.name for c in checks if not c.fails_if]
+    # a parity against torch or a loop supports the claim; it never proves or refutes it —
+    # except where the claim itself is the compared formula (eq-q1-bias, Q3's Jacobian)
+    for c in checks:
+        if c.kind == claims.PARITY and not c.name.startswith(STATED_PARITY):
+            assert c.bears_on == claims.SUPPORTING, f"{claim_id}: parity {c.name!r} is {c.bears_on}"
 
 
-def test_q6_query_only_regime_is_what_refutes_the_claim_as_stated(monkeypatch):
-    """With the mutant of Q6 the query term cancels at every scale: the counterexample (slope 1
-    with the keys at scale 1) is gone, and the verdict is not 'holds under conditions'."""
-    apply(monkeypatch, "Q6")
-    evidence = run_experiment("Q6")
-    slope = check(evidence, "keys at scale 1: log–log slope")
-    assert slope.bears_on == claims.COUNTEREXAMPLE and not slope.passed
+# ------------------------------------------------------------------------------------------
+# Mutants of attnref
+# ------------------------------------------------------------------------------------------
+
+_REAL_SOFTMAX = attnref.attention._softmax
 
 
-Q1_SITE = "return inputs * w_q * w_k.T * inputs.T"
-Q1_MUTANT = "return inputs * w_q * w_k.T * X.T"        # the second token no longer scales with the input
+def _softmax_without_max_shift(logits, dim):
+    """The textbook exp(z) / Σ exp(z): overflows (inf / inf = NaN) for large logits."""
+    exps = torch.exp(logits)
+    return exps / exps.sum(dim=dim, keepdim=True)
+
+
+def _softmax_with_temperature(logits, dim):
+    return _REAL_SOFTMAX(2 * logits, dim)
+
+
+_REAL_SDPA = attnref.multihead.scaled_dot_product_attention
+
+
+def _mha_scaled_by_model_width(real):
+    """multi_head_attention dividing the scores by √d (the model width), not √d_k."""
+    def mutant(query, weights, key=None, value=None, **kwargs):
+        d = query.shape[-1]
+
+        def sdpa(q, k, v, mask=None, causal=False, scale=None):
+            return _REAL_SDPA(q, k, v, mask=mask, causal=causal, scale=1 / math.sqrt(d))
+
+        attnref.multihead.scaled_dot_product_attention = sdpa
+        try:
+            return real(query, weights, key=key, value=value, **kwargs)
+        finally:
+            attnref.multihead.scaled_dot_product_attention = _REAL_SDPA
+    return mutant
+
+
+def test_q1_catches_a_transposed_fused_weight(monkeypatch):
+    real = attnref.luong_general_scores
+    monkeypatch.setattr(attnref, "luong_general_scores", lambda q, k, w: real(q, k, w.T))
+    verdict, checks = run_section("Q1")
+    assert_caught("Q1", verdict, checks, "max |attnref − torch| of the scores")
 
 
 def test_q1_derivation_catches_scores_that_are_not_quadratic():
-    derivation = section_cells("Q1")[0]
-    assert len(derivation) == 1 and derivation[0].count(Q1_SITE) == 1, (
-        f"the Q1 derivation cell no longer contains {Q1_SITE!r}: update tests/test_ch1_checks.py")
-    ns = namespace("Q1")                       # the real cell passes in the notebook (strict nbval)
-    exec(compile(derivation[0].replace(Q1_SITE, Q1_MUTANT), "<Q1 derivation, mutant>", "exec"), ns)
-    assert not check(ns["q1"], "S(αX) − α² S(X) = 0").passed
-    assert verdict_of(ns["q1"]) == claims.NOT_ESTABLISHED
+    verdict, checks = run_section("Q1", ("return inputs * w_q * w_k.T * inputs.T",
+                                         "return inputs * w_q * w_k.T * X.T"))
+    assert_caught("Q1", verdict, checks, "S(αX) − α² S(X) = 0 (sympy)")
 
 
-def test_references_are_independent_of_attnref():
-    """The oracles share no code with attnref: they import nothing from it."""
-    source = Path(ref.__file__).read_text(encoding="utf-8")
-    assert "import attnref" not in source and "from attnref" not in source
+def test_q2_catches_one_over_root_d_instead_of_root_d_k(monkeypatch):
+    # With h = 1 (the old parity) d = d_k and this bug passed; with h = 2 it cannot.
+    monkeypatch.setattr(attnref, "multi_head_attention", _mha_scaled_by_model_width(attnref.multi_head_attention))
+    verdict, checks = run_section("Q2")
+    assert_caught("Q2", verdict, checks, "cross-attention output and weights (h = 2)")
+
+
+def test_q2_catches_a_transposed_fused_matrix(monkeypatch):
+    real = attnref.MultiHeadWeights.fused_bilinear
+    monkeypatch.setattr(attnref.MultiHeadWeights, "fused_bilinear", lambda self, head: real(self, head).T)
+    verdict, checks = run_section("Q2")
+    assert_caught("Q2", verdict, checks, "fused_bilinear vs the loop")
+
+
+def test_q3_catches_a_softmax_without_max_shift(monkeypatch):
+    monkeypatch.setattr(attnref.attention, "_softmax", _softmax_without_max_shift)
+    verdict, checks = run_section("Q3")
+    assert_caught("Q3", verdict, checks, "attnref.softmax(z ± 1000)")
+
+
+def test_q3_catches_a_temperature(monkeypatch):
+    monkeypatch.setattr(attnref.attention, "_softmax", _softmax_with_temperature)
+    verdict, checks = run_section("Q3")
+    assert_caught("Q3", verdict, checks, "max |attnref.softmax − torch.softmax|")
+
+
+def test_q4_catches_a_softmax_without_max_shift(monkeypatch):
+    # The issue's symptom: the outputs were NaN at α = 10³ and the parity recorded 6.67e-16.
+    monkeypatch.setattr(attnref.attention, "_softmax", _softmax_without_max_shift)
+    verdict, checks = run_section("Q4")
+    assert_caught("Q4", verdict, checks, "max over α of |attnref − torch| of the softmax output")
+    parity = next(c for c in checks if c.name.startswith("max over α of |attnref − torch|"))
+    assert parity.measured == "NaN"
+
+
+def test_q4_catches_a_scaled_softmax_free_output(monkeypatch):
+    real = attnref.linear_attention
+
+    def scaled(query, key, value, **kwargs):
+        output, scores = real(query, key, value, **kwargs)
+        return attnref.AttentionResult(output / query.shape[-1], scores / query.shape[-1])
+
+    monkeypatch.setattr(attnref, "linear_attention", scaled)
+    verdict, checks = run_section("Q4")
+    assert_caught("Q4", verdict, checks, "max over α of |linear_attention − loop")
+
+
+def test_q5_catches_a_leaky_relu(monkeypatch):
+    monkeypatch.setitem(attnref.layers.ACTIVATIONS, "relu", lambda x: torch.where(x >= 0, x, 0.01 * x))
+    verdict, checks = run_section("Q5")
+    assert_caught("Q5", verdict, checks, "torch's FFN block| (ReLU)")
+
+
+def test_q5_catches_a_dropped_output_bias(monkeypatch):
+    real = attnref.feed_forward
+    monkeypatch.setattr(attnref, "feed_forward", lambda x, ffn: real(x, dataclasses.replace(ffn, b_2=None)))
+    verdict, checks = run_section("Q5")
+    assert_caught("Q5", verdict, checks, "torch's FFN block| (ReLU)")
+
+
+def test_q6_catches_the_activation_applied_to_each_term(monkeypatch):
+    def split(query, key, w_query, w_key, v, activation=torch.tanh):
+        query_term = activation(query @ w_query)                 # (n, d_a)
+        key_term = activation(key @ w_key)                       # (m, d_a)
+        return (query_term[..., :, None, :] + key_term[..., None, :, :]) @ v
+
+    monkeypatch.setattr(attnref, "additive_scores", split)
+    verdict, checks = run_section("Q6")
+    assert_caught("Q6", verdict, checks, "additive_scores vs the loop")
+    # the query term now cancels at every scale: the counterexample is gone too
+    assert "keys at scale 1: log–log slope of the query dependence" in failing(checks)
+
+
+def test_q6_catches_swapped_query_and_key_weights(monkeypatch):
+    real = attnref.additive_scores
+    monkeypatch.setattr(attnref, "additive_scores",
+                        lambda q, k, w_q, w_k, v, activation=torch.tanh: real(q, k, w_k, w_q, v, activation))
+    verdict, checks = run_section("Q6")
+    assert_caught("Q6", verdict, checks, "additive_scores vs the loop")
+
+
+def test_q7_catches_the_halves_of_a_swapped(monkeypatch):
+    real = attnref.gat_scores
+
+    def swapped(nodes, weight, a, negative_slope=0.2, nonlinearity=True):
+        half = a.shape[0] // 2
+        return real(nodes, weight, torch.cat([a[half:], a[:half]]), negative_slope, nonlinearity)
+
+    monkeypatch.setattr(attnref, "gat_scores", swapped)
+    verdict, checks = run_section("Q7")
+    assert_caught("Q7", verdict, checks, "gat_scores (with, without LeakyReLU), gatv2_scores vs")
+
+
+def test_q7_catches_a_leaky_relu_slope_that_ignores_its_argument(monkeypatch):
+    monkeypatch.setattr(attnref.attention, "_leaky_relu", lambda x, negative_slope: torch.where(x >= 0, x, 0.01 * x))
+    verdict, checks = run_section("Q7")
+    assert_caught("Q7", verdict, checks, "gat_scores (with, without LeakyReLU), gatv2_scores vs")
+    assert "(3) the GATv2 example through attnref: max |e − exact|" in failing(checks)
+
+
+# ------------------------------------------------------------------------------------------
+# NaN never passes
+# ------------------------------------------------------------------------------------------
+
+def _with_nan(real, field: str | None = None):
+    """``real`` with its first returned entry (of ``field`` for an AttentionResult) set to NaN."""
+    def mutant(*args, **kwargs):
+        out = real(*args, **kwargs)
+        target = out if field is None else getattr(out, field)
+        target = target.clone()
+        target.view(-1)[0] = math.nan
+        return target if field is None else out._replace(**{field: target})
+    return mutant
+
+
+NAN_SITES = {
+    # claim: (module, function, field of an AttentionResult, a check that must fail)
+    "Q1": (attnref, "luong_general_scores", None, "max |attnref − torch| of the scores"),
+    "Q2": (attnref, "multi_head_attention", "weights", "cross-attention output and weights (h = 2)"),
+    "Q3": (attnref, "softmax", None, "max |attnref.softmax − torch.softmax|"),
+    "Q4": (attnref, "linear_attention", "output", "max over α of |linear_attention − loop"),
+    "Q5": (attnref, "feed_forward", None, "torch's FFN block| (ReLU)"),
+    # attnref.softmax refuses NaN logits (ValueError), so Q6's NaN enters through the weights
+    "Q6": (attnref, "softmax", None, "tanh: log–log slope of the query dependence"),
+    "Q7": (attnref, "attention_from_scores", "weights", "weights over the neighbours"),
+}
+
+
+@pytest.mark.parametrize("claim_id", CLAIM_IDS)
+def test_a_nan_from_attnref_moves_the_verdict(claim_id, monkeypatch):
+    module, name, field, catcher = NAN_SITES[claim_id]
+    monkeypatch.setattr(module, name, _with_nan(getattr(module, name), field))
+    verdict, checks = run_section(claim_id)
+    assert_caught(claim_id, verdict, checks, catcher)
+
+
+def test_q7_nan_weights_fail_the_gap_checks_too(monkeypatch):
+    # The issue's symptom: two Q7 checks passed on NaN weights (Python max dropped the NaN).
+    monkeypatch.setattr(attnref, "attention_from_scores",
+                        _with_nan(attnref.attention_from_scores, "weights"))
+    verdict, checks = run_section("Q7")
+    assert {"(1) without LeakyReLU: largest gap of renormalised weights of two nodes",
+            "(2) GAT: largest gap of renormalised weights (the node term matters)"} <= set(failing(checks))
