@@ -335,25 +335,115 @@ def ratio_replicates(counts: Tensor, numerator: Tensor, denominator: Tensor) -> 
     return ((counts @ a) / (counts @ b)).reshape((counts.shape[0],) + tuple(numerator.shape[1:]))
 
 
+_SCALES = (None, "log", "logit")
+
+
+def _forward(values: Tensor, scale: str | None) -> Tensor:
+    if scale not in _SCALES:
+        raise ValueError(f"scale must be one of {_SCALES}, got {scale!r}")
+    values = torch.as_tensor(values, dtype=torch.float64)
+    if scale == "log":
+        return torch.log(values)                  # a positive quantity: ≤ 0 gives NaN or −∞
+    if scale == "logit":
+        return torch.log(values) - torch.log1p(-values)   # a proportion in (0, 1)
+    return values
+
+
+def _back(values: Tensor, scale: str | None) -> Tensor:
+    if scale == "log":
+        return torch.exp(values)
+    if scale == "logit":
+        return torch.sigmoid(values)
+    return values
+
+
 def bootstrap_interval(estimate: float | Tensor, replicates: Tensor,
-                       failure_probability: float = 1e-7) -> stats.Interval:
+                       failure_probability: float = 1e-7, scale: str | None = None) -> stats.Interval:
     r"""Normal-approximation bootstrap interval: estimate ± z·sd(replicates), z the two-sided
     normal quantile of ``failure_probability`` (4.9 for 10⁻⁶, 1.96 for 0.05). Asymptotic: its
-    coverage holds as the number of (independent) sentences grows."""
-    r = replicates.double().flatten()
+    coverage holds as the number of (independent) sentences grows, so its level is nominal.
+
+    ``scale="log"`` (a positive quantity: a variance ratio, a KL, a coefficient of variation) or
+    ``"logit"`` (a proportion): the interval is built on that scale and mapped back, so it stays
+    positive (inside (0, 1)); a replicate outside the scale's domain makes the interval NaN."""
+    r = _forward(replicates.double().flatten(), scale)
     if r.numel() < 2:
         raise ValueError("need at least 2 bootstrap replicates")
     z = stats.normal_quantile(failure_probability)
-    value = float(estimate)
-    half = z * r.std(unbiased=True).item()
-    return stats.Interval(value, value - half, value + half, BOOTSTRAP, failure_probability, r.numel())
+    centre = _forward(torch.as_tensor(float(estimate)), scale)
+    half = z * r.std(unbiased=True)
+    low, high = (float(_back(centre + sign * half, scale)) for sign in (-1, 1))
+    return stats.Interval(float(estimate), low, high, BOOTSTRAP, failure_probability, r.numel())
 
 
-def bootstrap_band(estimate: Tensor, replicates: Tensor, failure_probability: float = 0.05) -> tuple[Tensor, Tensor]:
+def bootstrap_band(estimate: Tensor, replicates: Tensor, failure_probability: float = 0.05,
+                   scale: str | None = None) -> tuple[Tensor, Tensor]:
     """The same interval element-wise: ``estimate (...)``, ``replicates (B, ...)`` → ``(low, high)``."""
     z = stats.normal_quantile(failure_probability)
-    half = z * replicates.double().std(dim=0, unbiased=True)
-    return estimate - half, estimate + half
+    half = z * _forward(replicates.double(), scale).std(dim=0, unbiased=True)
+    centre = _forward(estimate.double(), scale)
+    return _back(centre - half, scale), _back(centre + half, scale)
+
+
+def cross_sentence_replicates(counts: Tensor, block_sums: Tensor, block_pairs: Tensor) -> Tensor:
+    r"""A mean over pairs of tokens from *different* sentences, for every resample.
+
+    ``block_sums (S, S, ...)``: the sum of a pair statistic (a cosine, its square) over the
+    tokens of sentence ``s`` against those of sentence ``t``; ``block_pairs (S, S)``: how many
+    pairs that is (:math:`n_s n_t`). With ``counts (B, S)`` (each resample's draws of each
+    sentence) the resample's mean over pairs of distinct draws of distinct sentences is
+
+    .. math:: \frac{\sum_{s \ne t} c_s c_t K_{st}}{\sum_{s \ne t} c_s c_t N_{st}}
+
+    (a sentence drawn twice is not paired with itself). ``counts`` of ones give the estimate.
+    Returns ``(B, ...)``."""
+    S = block_pairs.shape[0]
+    if block_sums.shape[:2] != (S, S) or tuple(counts.shape[-1:]) != (S,):
+        raise ValueError(f"block_sums {check.shape_of(block_sums)}, block_pairs {check.shape_of(block_pairs)} "
+                         f"and counts {check.shape_of(counts)} do not agree on the number of sentences")
+    off = 1 - torch.eye(S, dtype=torch.float64)
+    k = block_sums.double() * off.reshape((S, S) + (1,) * (block_sums.dim() - 2))
+    c = counts.double()
+    numerator = torch.einsum("bs,st...,bt->b...", c, k, c)
+    denominator = torch.einsum("bs,st,bt->b", c, block_pairs.double() * off, c)
+    return numerator / denominator.reshape((-1,) + (1,) * (numerator.dim() - 1))
+
+
+def temperature_derivatives(target: Tensor, rows: Rows, tau: Tensor) -> tuple[Tensor, Tensor]:
+    r"""Per row, the first and second derivatives in :math:`\tau` of
+    :math:`\mathrm{KL}(p \Vert \mathrm{softmax}(\tau c))`: :math:`E_{r(\tau)}[c] - E_p[c]` and
+    :math:`\mathrm{Var}_{r(\tau)}[c]`, at one :math:`\tau` per head ``(h,)``; each ``(h, R)``.
+    Summed over a resample's sentences they give one Newton step of that resample's own fit
+    (:func:`refitted_kl_replicates`)."""
+    check.weight_rows("weights", target)
+    if target.shape != rows.values.shape:
+        raise ValueError(f"target {check.shape_of(target)} and the rows {check.shape_of(rows.values)} must match")
+    c = rows.values.masked_fill(~rows.mask, 0.0)
+    masked = torch.zeros(rows.mask.shape, dtype=c.dtype).masked_fill(~rows.mask, float("-inf"))
+    r = torch.softmax(tau.reshape(-1, 1, 1) * c + masked, dim=-1)
+    mean_r = torch.einsum("hrm,hrm->hr", r, c)
+    var_r = torch.einsum("hrm,hrm->hr", r, c * c) - mean_r * mean_r
+    return mean_r - torch.einsum("hrm,hrm->hr", target, c), var_r
+
+
+def refitted_kl_replicates(counts: Tensor, kl: Tensor, first: Tensor, second: Tensor,
+                           rows: Tensor) -> Tensor:
+    r"""The mean KL after refitting one temperature per head on every resample.
+
+    ``kl, first, second (S, h)``: per sentence and head, the sums over its rows of the KL at the
+    full-sample fit :math:`\tau^*` and of its two derivatives (:func:`temperature_derivatives`);
+    ``rows (S,)`` the rows per sentence. The resample's KL, :math:`f_b(\tau)`, is convex; at
+    :math:`\tau^*` its slope is :math:`g_b = \sum_s c_s f'_s` (zero on the full sample) and its
+    curvature :math:`H_b`, so its minimum is :math:`f_b(\tau^*) - g_b^2 / (2 H_b)` to second order
+    (one Newton step of the refit). Returns the mean over heads and rows, ``(B,)``: a fit held
+    fixed inside the bootstrap would leave the term :math:`-g_b^2/(2H_b)` out, and the interval
+    would miss the fit's own variability."""
+    c = counts.double()
+    f = c @ kl.double()                                         # (B, h)
+    g = c @ first.double()
+    hess = c @ second.double()
+    refit = f - 0.5 * g * g / hess
+    return refit.sum(-1) / (c @ rows.double() * kl.shape[-1])
 
 
 def coefficient_of_variation(total: Tensor, total_squares: Tensor, count: Tensor) -> Tensor:
@@ -380,6 +470,19 @@ def pair_sums(x: Tensor, allowed: Tensor) -> Tensor:
     cosines = dots / (norms[:, None] * norms[None, :])
     d, c = dots[allowed], cosines[allowed]
     return torch.stack([(d * c).sum(), (c * c).sum(), (d * d).sum()])
+
+
+def mean_squared_correlation(sums: Tensor, moments: Tensor, count: Tensor) -> Tensor:
+    r"""The mean squared correlation between two different components of a set of vectors, from
+    sums: ``sums (..., d)`` :math:`\sum_j k_j`, ``moments (..., d, d)`` :math:`\sum_j k_j^\top k_j`,
+    ``count (...)``. Independent components give about :math:`1/\text{count}`; ``(...)``."""
+    mean = sums / count[..., None]
+    cov = moments / count[..., None, None] - mean[..., :, None] * mean[..., None, :]
+    sd = cov.diagonal(dim1=-2, dim2=-1).sqrt()
+    corr = cov / (sd[..., :, None] * sd[..., None, :])
+    d = corr.shape[-1]
+    off = ~torch.eye(d, dtype=torch.bool)
+    return (corr * corr)[..., off].mean(-1)
 
 
 def between_row_share(within: Tensor, pooled: Tensor) -> Tensor:
