@@ -454,29 +454,28 @@ def render_index(book: Book) -> str:
                             for m in models) + ").", ""]
     header = ["ID", "Claim", "Verdict", "Why", *(registry.MODELS[m].short for m in models)]
     for number, chapter in registry.CHAPTERS.items():
-        if number == RECHECK_CHAPTER:            # in its place in the book, not after chapter 8
-            lines += render_rechecks(book)
-            continue
         ids = [cid for cid, c in registry.CLAIMS.items() if c.chapter == number]
-        if not ids:
-            continue
-        written = book.scan_of(chapter.notebook) is not None
-        link = _doc(plain_title(chapter.title), chapter.notebook) if written else "not written yet"
-        lines += [f"## {number} · {chapter.title}", "", f"Chapter: {link}. {escape(_counts(book, ids))}", ""]
-        rows = [_claim_row(book, cid, models) for cid in ids]
-        table = _table(header, rows, ["l", "l", "l", "l", *("l" for _ in models)])
-        lines += _container(table, "claims-table claims-index") + [""]
+        if ids:
+            written = book.scan_of(chapter.notebook) is not None
+            link = _doc(plain_title(chapter.title), chapter.notebook) if written else "not written yet"
+            lines += [f"## {number} · {chapter.title}", "", f"Chapter: {link}. {escape(_counts(book, ids))}", ""]
+            rows = [_claim_row(book, cid, models) for cid in ids]
+            table = _table(header, rows, ["l", "l", "l", "l", *("l" for _ in models)])
+            lines += _container(table, "claims-table claims-index") + [""]
+        if number == RECHECK_CHAPTER:            # in its place in the book, not after chapter 8
+            lines += render_rechecks(book, heading=not ids)
     return "\n".join(lines)
 
 
-#: The chapter whose notebooks recheck other chapters' claims on trained models (it has none of its own).
+#: The chapter whose notebooks recheck other chapters' claims on trained models (besides its own claims).
 RECHECK_CHAPTER = 6
 
 
-def render_rechecks(book: Book) -> list[str]:
-    """The section of the index on the trained models: every recheck, with its reason."""
+def render_rechecks(book: Book, heading: bool = True) -> list[str]:
+    """The section of the index on the trained models: every recheck, with its reason (under the
+    chapter's heading, or under its own claims' table)."""
     chapter = registry.CHAPTERS[RECHECK_CHAPTER]
-    lines = [f"## {chapter.number} · {chapter.title}", ""]
+    lines = [f"## {chapter.number} · {chapter.title}", ""] if heading else ["Rechecks of other chapters' claims:", ""]
     real = [v for v in book.verdicts if v.real_model and v.id in registry.CLAIMS and v.model in registry.MODELS]
     if not real:
         return lines + [f"Chapter: {_doc(chapter.title, chapter.notebook)}. No claim has been rechecked on a "
