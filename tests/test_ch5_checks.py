@@ -1,24 +1,29 @@
-"""Chapter 5's checks can fail: for every claim H1–H8, one plausible bug injected into the
-notebook's own code (or into the attnref function it calls) moves the claim's verdict away from
-the expected one, and the check that catches it is named.
-
-Each test runs the set-up cell and the code cells of one claim section of
+"""Chapter 5's checks catch plausible bugs in attnref: each test injects one bug into the library
+(a monkeypatched attnref function, never a copy of a check or a stored output), runs the
+notebook's own set-up cell and the code cells of one claim section of
 ``notebooks/05-multi-head.ipynb`` in this process (plotting cells and the verdict cell are
-skipped; ``glue`` is a no-op), with one mutation applied, and decides the verdict from the
-recorded evidence with ``claims.decide``. A mutation is a replacement of an exact piece of
-source text (the test fails, naming the text, if the notebook was reworded) or a monkeypatched
-attnref function.
+skipped; ``glue`` is a no-op), and asserts that the verdict decided from the recorded evidence
+with ``claims.decide`` moves away from the expected one, naming the check that catches it.
+
+The bugs are the ones a reader of the library would plausibly make: a fused matrix transposed,
+heads split on the wrong axis, a packed projection reshaped in the wrong order, a count that
+forgets a bias or a product, rotary pairs of the wrong layout, a rank without a threshold, a
+centring on the wrong axis, a distance that drops one singular value too many. Non-finite
+values must never pass: the last tests inject a NaN into one head (the last one, which a
+Python ``max(accumulator, value)`` would silently drop) and see the verdict move.
+
+A clean run of every section gives the expected verdict (the first test), so each mutant's
+failure is the bug's doing.
 """
 
 from __future__ import annotations
 
-import types
-
 import pytest
 import torch
 
-from attnref import counts, rope
+from attnref import counts, multihead, rope
 from attnref.analysis import lowrank
+from attnref.book import claims
 
 import notebook_sections                     # tests/notebook_sections.py
 from notebook_sections import assert_caught
@@ -33,56 +38,164 @@ def run_section(claim_id: str, replace: tuple[str, str] | None = None, namespace
 
 
 @pytest.fixture(autouse=True)
-def quiet(monkeypatch, capsys):
+def quiet(monkeypatch):
     monkeypatch.setenv("ATTNREF_FIGURES", "off")
     yield
 
 
-def test_h1_catches_a_transposed_fused_matrix():
-    # Row- vs column-vector slip: W_i = W^K W^Qᵀ (the transpose) instead of W^Q W^Kᵀ.
-    verdict, checks = run_section("H1", ("W_i = h1_weights.fused_bilinear(i)",
-                                         "W_i = h1_weights.fused_bilinear(i).T"))
+@pytest.mark.parametrize("claim_id", CLAIM_IDS)
+def test_every_section_gives_its_expected_verdict_without_a_bug(claim_id):
+    verdict, checks = run_section(claim_id)
+    assert verdict == claims.CLAIMS[claim_id].expected, [c.name for c in checks if not c.passed]
+    assert all(c.fails_if for c in checks), [c.name for c in checks if not c.fails_if]
+
+
+# --- bugs in attnref.multihead --------------------------------------------------------------
+
+def test_h1_catches_a_transposed_fused_matrix(monkeypatch):
+    # Row- vs column-vector slip: W_i = W^K W^Qᵀ instead of W^Q W^Kᵀ.
+    monkeypatch.setattr(multihead.MultiHeadWeights, "fused_bilinear",
+                        lambda self, head: self.w_k[head] @ self.w_q[head].T)
+    verdict, checks = run_section("H1")
+    assert_caught("H1", verdict, checks, "factored vs fused scores")
+
+
+def _split_heads_on_the_wrong_axis(x_q, x_k, x_v, weights):
+    # The packed product (…, n, h·d_k) cut as (d_k, h): each "head" takes every h-th column.
+    h, d_k, d_v = weights.h, weights.d_k, weights.d_v
+    w_q, w_k, w_v = weights.packed_projections()
+    q, k, v = x_q @ w_q, x_k @ w_k, x_v @ w_v
+    if weights.b_q is not None:
+        q, k, v = q + weights.b_q.reshape(-1), k + weights.b_k.reshape(-1), v + weights.b_v.reshape(-1)
+    q = q.unflatten(-1, (d_k, h)).transpose(-1, -2).transpose(-3, -2)
+    k = k.unflatten(-1, (d_k, h)).transpose(-1, -2).transpose(-3, -2)
+    v = v.unflatten(-1, (d_v, h)).transpose(-1, -2).transpose(-3, -2)
+    return q, k, v
+
+
+def test_h5_catches_heads_split_on_the_wrong_axis(monkeypatch):
+    monkeypatch.setattr(multihead, "_split_heads", _split_heads_on_the_wrong_axis)
+    verdict, checks = run_section("H5")
+    assert_caught("H5", verdict, checks, "per head vs packed")
+
+
+def test_h5_and_h1_catch_a_packed_projection_reshaped_in_the_wrong_order(monkeypatch):
+    def packed_without_permute(self):
+        # (h, d_in, w) reshaped straight to (d_in, h·w): rows of different heads interleaved.
+        return tuple(w.reshape(w.shape[1], -1) for w in (self.w_q, self.w_k, self.w_v))
+
+    monkeypatch.setattr(multihead.MultiHeadWeights, "packed_projections", packed_without_permute)
+    verdict, checks = run_section("H5")
+    assert_caught("H5", verdict, checks, "per head vs packed")
+    verdict, checks = run_section("H1")        # to_torch packs the same way: torch's heads differ
     assert_caught("H1", verdict, checks, "vs torch's per-head weights")
 
 
-def test_h2_catches_heads_mixed_by_a_wrong_reshape():
-    # A packed projection reshaped in the wrong order mixes two heads into one fused matrix.
-    verdict, checks = run_section("H2", (
-        "fused = torch.stack([h2_weights.fused_bilinear(i) for i in range(h)])",
-        "fused = torch.stack([h2_weights.fused_bilinear(i) + h2_weights.fused_bilinear((i + 1) % h)"
-        " for i in range(h)])"))
-    assert_caught("H2", verdict, checks, "numerical rank of each")
+def test_h1_catches_query_and_key_biases_swapped_in_the_copy_to_torch(monkeypatch):
+    import dataclasses
+    real = multihead.MultiHeadWeights.to_torch
+
+    def swapped(self):
+        return real(dataclasses.replace(self, b_q=self.b_k, b_k=self.b_q))
+
+    monkeypatch.setattr(multihead.MultiHeadWeights, "to_torch", swapped)
+    verdict, checks = run_section("H1")
+    assert_caught("H1", verdict, checks, "vs torch's per-head weights")
 
 
-def test_h3_catches_a_count_without_biases():
-    verdict, checks = run_section("H3", ("counts.attention_parameter_count(d, h), kind",
-                                         "counts.attention_parameter_count(d, h, bias=False), kind"))
+# --- bugs in attnref.counts -----------------------------------------------------------------
+
+def test_h3_catches_a_count_without_the_output_bias(monkeypatch):
+    real = counts.attention_parameter_count
+
+    def without_output_bias(d, h, d_k=None, d_v=None, bias=True):
+        return real(d, h, d_k, d_v, bias) - (d if bias else 0)
+
+    monkeypatch.setattr(counts, "attention_parameter_count", without_output_bias)
+    verdict, checks = run_section("H3")
     assert_caught("H3", verdict, checks, "torch.nn.MultiheadAttention(512, 8) parameters")
 
 
-def test_h4_catches_a_count_that_forgets_the_product_with_the_keys():
+def test_h3_catches_per_head_biases_counted_once(monkeypatch):
+    real = counts.attention_parameter_count
+
+    def one_bias_per_projection(d, h, d_k=None, d_v=None, bias=True):
+        # h·(d_k + d_k + d_v) biases counted as d_k + d_k + d_v
+        full = real(d, h, d_k, d_v, bias)
+        width = d // h if d_k is None else d_k
+        return full - ((h - 1) * 3 * width if bias else 0)
+
+    monkeypatch.setattr(counts, "attention_parameter_count", one_bias_per_projection)
+    verdict, checks = run_section("H3")
+    assert_caught("H3", verdict, checks, "parameters (= counts.attention_parameter_count)")
+
+
+def test_h4_catches_an_absorbed_order_that_forgets_a_product(monkeypatch):
     real = counts.score_multiply_adds
 
-    def forgetful(n, d, d_k, m=None, fused=False, project_keys=True):
-        if fused:                          # (X_q W_i) X_kᵀ forgotten: only n·d² charged
+    def forgetful(n, d, d_k, m=None, fused=False, project_keys=True, absorbed=False):
+        if absorbed:     # ((X_q W^Q) W^Kᵀ) X_kᵀ charged without the product with W^Kᵀ
+            m = n if m is None else m
+            return counts.matmul_multiply_adds((n, d), (d, d_k)) + counts.matmul_multiply_adds((n, d), (d, m))
+        return real(n, d, d_k, m=m, fused=fused, project_keys=project_keys)
+
+    monkeypatch.setattr(counts, "score_multiply_adds", forgetful)
+    verdict, checks = run_section("H4")
+    assert_caught("H4", verdict, checks, "multiply–adds of the products each order runs")
+
+
+def test_h4_catches_a_fused_count_that_forgets_the_product_with_the_keys(monkeypatch):
+    real = counts.score_multiply_adds
+
+    def forgetful(n, d, d_k, m=None, fused=False, project_keys=True, absorbed=False):
+        if fused:        # (X_q W_i) X_kᵀ forgotten: only n·d² charged
             return counts.matmul_multiply_adds((n, d), (d, d))
-        return real(n, d, d_k, m=m, project_keys=project_keys)
+        return real(n, d, d_k, m=m, project_keys=project_keys, absorbed=absorbed)
 
-    mutant = types.SimpleNamespace(**{k: getattr(counts, k) for k in dir(counts) if not k.startswith("__")})
-    mutant.score_multiply_adds = forgetful
-    verdict, checks = run_section("H4", namespace={"counts": mutant})
-    assert_caught("H4", verdict, checks, "(i) m = n")
-
-
-def test_h5_catches_an_inverted_padding_mask():
-    # torch's key_padding_mask means "ignore"; attnref's key_mask means "keep".
-    verdict, checks = run_section("H5", ("key_padding_mask=~key_mask", "key_padding_mask=key_mask"))
-    assert_caught("H5", verdict, checks, "vs torch.nn.MultiheadAttention")
+    monkeypatch.setattr(counts, "score_multiply_adds", forgetful)
+    verdict, checks = run_section("H4")
+    assert_caught("H4", verdict, checks, "C_fused − C_absorbed")
 
 
-def test_h6_catches_a_gauge_with_the_inverse_instead_of_the_inverse_transpose():
-    verdict, checks = run_section("H6", ("(W_K * A.adjugate().T).T", "(W_K * A.adjugate()).T"))
-    assert_caught("H6", verdict, checks, "(W^Q A)(W^K A⁻ᵀ)ᵀ")
+def test_h4_catches_a_count_library_without_the_absorbed_order(monkeypatch):
+    # The order issue 26 found missing: "absorbed" silently falls back to the factored order.
+    real = counts.score_multiply_adds
+
+    def factored_only(n, d, d_k, m=None, fused=False, project_keys=True, absorbed=False):
+        return real(n, d, d_k, m=m, fused=fused, project_keys=project_keys)
+
+    monkeypatch.setattr(counts, "score_multiply_adds", factored_only)
+    verdict, checks = run_section("H4")
+    assert_caught("H4", verdict, checks, "multiply–adds of the products each order runs")
+
+
+# --- bugs in attnref.analysis.lowrank -------------------------------------------------------
+
+def test_h2_catches_a_numerical_rank_without_a_threshold(monkeypatch):
+    monkeypatch.setattr(lowrank, "rank_tolerance", lambda singular_values, shape: 0.0)
+    verdict, checks = run_section("H2")
+    assert_caught("H2", verdict, checks, "numerical rank of each")
+
+
+def test_h6_and_h8_catch_a_numerical_rank_without_a_threshold(monkeypatch):
+    monkeypatch.setattr(lowrank, "rank_tolerance", lambda singular_values, shape: 0.0)
+    verdict, checks = run_section("H6")
+    assert_caught("H6", verdict, checks, "numerical Jacobian rank")
+    verdict, checks = run_section("H8")
+    assert_caught("H8", verdict, checks, "dimension of span{W(t)}")
+
+
+def test_h2_catches_an_exact_rank_that_counts_columns(monkeypatch):
+    # "rank" read off the shape of the factor: min(rows, cols)
+    monkeypatch.setattr(lowrank, "exact_rank", lambda matrix: min(matrix.shape))
+    verdict, checks = run_section("H2")
+    assert_caught("H2", verdict, checks, "generic rank of symbolic W_i")
+
+
+def test_h5_catches_an_exact_rank_that_counts_columns(monkeypatch):
+    monkeypatch.setattr(lowrank, "exact_rank", lambda matrix: min(matrix.shape))
+    verdict, checks = run_section("H5")
+    assert_caught("H5", verdict, checks, "exact rank of W^Q W_i^Q")
 
 
 def test_h7_catches_centring_the_wrong_axis(monkeypatch):
@@ -94,11 +207,131 @@ def test_h7_catches_centring_the_wrong_axis(monkeypatch):
     assert_caught("H7", verdict, checks, "centred log-weights")
 
 
+def test_h7_catches_a_distance_that_drops_one_singular_value_too_many(monkeypatch):
+    def off_by_one(logits, rank):
+        singular_values = torch.linalg.svdvals(lowrank.centre_rows(logits))
+        return (singular_values[rank + 1:] ** 2).sum().sqrt().item()
+
+    monkeypatch.setattr(lowrank, "distance_to_rank_modulo_row_shifts", off_by_one)
+    verdict, checks = run_section("H7")
+    assert_caught("H7", verdict, checks, "distance bound of eq-h7-distance")
+
+
+# --- bugs in attnref.rope -------------------------------------------------------------------
+
 def test_h8_catches_a_rotation_in_the_wrong_direction(monkeypatch):
     def rotate_half_backwards(x):
         half = x.shape[-1] // 2
         return torch.cat((x[..., half:], -x[..., :half]), dim=-1)   # rotates by −tθ
 
     monkeypatch.setattr(rope, "rotate_half", rotate_half_backwards)
+    verdict, checks = run_section("H8")
+    assert_caught("H8", verdict, checks, "apply_rotary_pos_emb, same tables")
+
+
+def test_h8_catches_pairs_of_the_interleaved_layout(monkeypatch):
+    # GPT-NeoX/Llama pair p with p + d_k/2; the original RoFormer pairs 2p with 2p + 1.
+    def rotate_interleaved(x):
+        pairs = x.unflatten(-1, (-1, 2))                             # (..., d_k/2, 2)
+        return torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)
+
+    monkeypatch.setattr(rope, "rotate_half", rotate_interleaved)
+    verdict, checks = run_section("H8")
+    assert_caught("H8", verdict, checks, "apply_rotary_pos_emb, same tables")
+
+
+def test_h8_catches_cos_sin_tables_in_the_interleaved_layout(monkeypatch):
+    def interleaved_tables(positions, d_k, base=10000.0, *, dtype=None, device=None):
+        half = rope.angles(positions, d_k, base, dtype=dtype, device=device)   # (..., n, d_k/2)
+        both = half.repeat_interleave(2, dim=-1)                            # θ_0 θ_0 θ_1 θ_1 …
+        return both.cos(), both.sin()
+
+    monkeypatch.setattr(rope, "cos_sin", interleaved_tables)     # rope.rotate reads its tables here
+    verdict, checks = run_section("H8")
+    assert_caught("H8", verdict, checks, "LlamaRotaryEmbedding + apply_rotary_pos_emb")
+
+
+def test_h8_catches_frequencies_with_the_wrong_exponent(monkeypatch):
+    real = rope.frequencies
+
+    def doubled_exponent(d_k, base=10000.0, *, dtype=None, device=None):
+        return real(d_k, base, dtype=dtype, device=device) ** 2          # b^(−4p/d_k)
+
+    monkeypatch.setattr(rope, "frequencies", doubled_exponent)
+    verdict, checks = run_section("H8")
+    assert_caught("H8", verdict, checks, "LlamaRotaryEmbedding + apply_rotary_pos_emb")
+
+
+def test_h8_catches_a_rotation_matrix_turning_the_other_way(monkeypatch):
+    real = rope.rotation_matrix
+    monkeypatch.setattr(rope, "rotation_matrix", lambda offset, d_k, base=10000.0, **kw: real(offset, d_k, base, **kw).T.contiguous())
+    verdict, checks = run_section("H8")
+    assert_caught("H8", verdict, checks, "q_i R_{j−i} k_jᵀ")
+
+
+# --- non-finite values never pass -----------------------------------------------------------
+
+# attnref refuses NaN inputs (ValueError), so a NaN is injected where a bug would create one:
+# in the output of a library function. Every accumulation over heads or sizes starts from a
+# finite value, where Python's max(accumulator, nan) returns the accumulator: these mutants
+# passed the checks before the accumulations were taken with torch.
+
+def with_nan(function, when=lambda *args, **kwargs: True):
+    """``function`` whose tensor output gets a NaN in its first entry whenever ``when`` holds."""
+    def mutant(*args, **kwargs):
+        out = function(*args, **kwargs)
+        if not when(*args, **kwargs):
+            return out
+        if isinstance(out, torch.Tensor):
+            out = out.clone()
+            out.view(-1)[0] = float("nan")
+            return out
+        output = out.output.clone()                           # an AttentionResult
+        output.view(-1)[0] = float("nan")
+        return type(out)(output, out.weights)
+    return mutant
+
+
+def test_h1_a_softmax_that_overflows_to_nan_never_passes(monkeypatch):
+    import attnref
+    monkeypatch.setattr(attnref, "softmax", with_nan(attnref.softmax))
+    verdict, checks = run_section("H1")
+    assert_caught("H1", verdict, checks, "vs torch's per-head weights")
+    assert "NaN" in [c.measured for c in checks if not c.passed]
+
+
+def test_h1_nan_scores_of_the_last_head_never_pass(monkeypatch):
+    import attnref
+    calls = []
+
+    def last_head(*args, **kwargs):
+        calls.append(1)
+        return len(calls) == 4                                # h = 4 heads: the last one
+
+    monkeypatch.setattr(attnref, "luong_dot_scores", with_nan(attnref.luong_dot_scores, last_head))
+    verdict, checks = run_section("H1")
+    assert_caught("H1", verdict, checks, "factored vs fused scores")
+
+
+def test_h5_a_nan_packed_output_never_passes(monkeypatch):
+    import attnref
+    monkeypatch.setattr(attnref, "multi_head_attention_packed", with_nan(attnref.multi_head_attention_packed))
+    verdict, checks = run_section("H5")
+    assert_caught("H5", verdict, checks, "per head vs packed")
+
+
+def test_h7_a_nan_distance_for_the_last_width_never_passes(monkeypatch):
+    real = lowrank.distance_to_rank_modulo_row_shifts
+
+    def nan_at_the_widest(logits, rank):
+        return float("nan") if rank == logits.shape[-1] else real(logits, rank)
+
+    monkeypatch.setattr(lowrank, "distance_to_rank_modulo_row_shifts", nan_at_the_widest)
+    verdict, checks = run_section("H7")
+    assert_caught("H7", verdict, checks, "distance bound of eq-h7-distance")
+
+
+def test_h8_a_nan_rotation_for_the_last_width_never_passes(monkeypatch):
+    monkeypatch.setattr(rope, "rotate", with_nan(rope.rotate, lambda x, *a, **k: x.shape[-1] == 64))
     verdict, checks = run_section("H8")
     assert_caught("H8", verdict, checks, "apply_rotary_pos_emb, same tables")
