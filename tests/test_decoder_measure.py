@@ -54,7 +54,8 @@ def test_two_sentences_measure_as_stored(stored, model):
     again = dm.measure_sentences(model, ids, gradients=2)
     exact = dm.measure_sentences(model.to(torch.float64), ids, gradients=2)
     for name, values in again.items():
-        distance, allowed = provenance.float32_drift(arrays[name][:2], values, exact[name])
+        stored_values = arrays[name][:2, :2] if name.startswith("pair_") else arrays[name][:2]   # (s, s', …)
+        distance, allowed = provenance.float32_drift(stored_values, values, exact[name])
         assert distance <= allowed, (
             f"{name}: the stored values lie {distance:.2g} (relative) from float64, more than "
             f"{provenance.FLOAT32_ERROR_FACTOR} × this machine's float32 error allows ({allowed:.2g}): run `make measure`")
@@ -94,3 +95,28 @@ def test_missing_or_stale_data_names_make_measure(tmp_path):
     (tmp_path / dm.SOURCES[0]).write_text((ROOT / dm.SOURCES[0]).read_text() + "\n# changed\n")
     with pytest.raises(dm.StaleMeasurements, match=r"measured with other code .* run `make measure`"):
         dm.load(tmp_path, sources=tmp_path)
+
+
+def test_the_requantised_model_measures_as_stored(stored, model):
+    """The quantisation sensitivity: re-rounding draw 0 (same seed, same order of draws) gives the
+    stored spectra of block 1 (float64 SVD of float32 weights, 1e-9) and, for the first sentence,
+    the stored sums within 32× this machine's float32 error (as the two-sentence test)."""
+    from attnref.models import smollm
+    arrays, record = stored
+    steps = dm.block_steps(smollm.model_path(), len(model.layers))
+    noisy = dm.requantised(model, steps, torch.Generator().manual_seed(record["requant"]["seed"]))
+
+    class FirstLayer:
+        config = model.config
+        layers = noisy.layers[:1]
+    sigma = dm.family_spectra(FirstLayer, offsets=(0,))["family_sigma"][0, :, 0]
+    assert torch.allclose(sigma, arrays["requant_sigma"][0, 0], rtol=1e-9, atol=0)
+    ids = torch.tensor(arrays["token_ids"][:int(arrays["sentence_lengths"][0])].tolist())
+    torch.set_num_threads(1)
+    with torch.no_grad():
+        again = dm._sums_for_sentence(noisy, ids, attention_only=False)
+        exact = dm._sums_for_sentence(noisy.to(torch.float64), ids, attention_only=False)
+    for name in dm.REQUANT_SUMS:
+        distance, allowed = provenance.float32_drift(arrays[f"requant_{name}"][0, :1], again[name][None],
+                                                     exact[name][None])
+        assert distance <= allowed, f"requant_{name}: {distance:.2g} from float64 > {allowed:.2g}: run `make measure`"

@@ -26,6 +26,7 @@ from attnref.book import provenance  # noqa: E402
 from attnref.models import smollm  # noqa: E402
 
 LONG_TEXT_TOKENS = 160     # > d_k = 64: H7's rank bound can bind
+REQUANT_SEED = 0           # the re-rounding noise of the quantisation sensitivity
 
 
 def main() -> int:
@@ -55,16 +56,11 @@ def main() -> int:
     arrays["long_text_sigma"] = dm.long_text_logit_spectra(model, long_ids)
     arrays.update(dm.family_spectra(model))
     c = model.config
-    arrays.update(dm.quantisation_bounds(smollm.model_path(), len(model.layers), c.h, c.h_kv, c.d_k))
-    w_norms_q, w_norms_k = [], []
-    for l in range(len(model.layers)):
-        w_q, w_k = dm.head_factors(model, l)
-        w_norms_q.append(w_q.flatten(-2).norm(dim=-1))
-        w_norms_k.append(w_k.flatten(-2).norm(dim=-1))
-    arrays["w_q_norm"], arrays["w_k_norm"] = torch.stack(w_norms_q), torch.stack(w_norms_k)
+    say("weights measured")
+    arrays.update(dm.requant_sensitivity(model, smollm.model_path(), token_ids, seed=REQUANT_SEED))
+    say(f"re-rounded {dm.REQUANT_DRAWS} times, {dm.REQUANT_SENTENCES} sentences each")
     arrays["token_ids"] = torch.tensor([t for ids in token_ids for t in ids], dtype=torch.int64)
     arrays["sentence_lengths"] = torch.tensor([len(ids) for ids in token_ids], dtype=torch.int64)
-    say("weights measured")
     seconds = time.perf_counter() - start
     record = {
         "what": "attnref.analysis.decoder_measure on SmolLM2-135M-Instruct over attnref.analysis.texts.SENTENCES",
@@ -75,6 +71,8 @@ def main() -> int:
         "config": {"d": c.d, "h": c.h, "h_kv": c.h_kv, "d_k": c.d_k, "layers": len(model.layers),
                    "rope_base": c.rope_base, "eps": c.eps},
         "offsets": list(dm.OFFSETS), "long_text_tokens": len(long_ids),
+        "requant": {"seed": REQUANT_SEED, "draws": dm.REQUANT_DRAWS, "sentences": dm.REQUANT_SENTENCES,
+                    "noise": "each 4-bit weight + d_b·U(−1/2, 1/2), d_b its block's step in the file"},
         "torch": torch.__version__, "python": platform.python_version(), "threads": 1, "dtype": "float32",
         "machine": provenance.machine(),
         "date": datetime.date.today().isoformat(), "seconds": round(seconds, 1),

@@ -27,10 +27,21 @@ head ``i`` (key head ``g(i) = i // (h / h_kv)``), sums over the rows a causal so
 ``loss``                 that mean cross-entropy (nats per token)
 ``pure_spread_sq``, ``pure_total_sq``   D1's residual along the attention-only path without skips:
                          ``Y^(0) = H^(0)``, ``Y^(l) = GQA_l(RMSNorm_l(Y^(l−1)))`` with the model's weights
+``sink_mass``            (A1) Σ over query rows t ≥ 1 of the attention weight on the first token, per head
+``value_first_norm``, ``value_other_norm``   (A1) ‖v_0‖ and Σ_{j≥1} ‖v_j‖ of each key/value head's value vectors
+``first_sq``             (A1) ‖h_0^(l)‖², the first token's squared norm in the residual stream, l = 0 … 30
+
+Pairs of sentences (A2, :func:`pair_sums`): ``pair_cos``, ``pair_cos_sq`` ``(S, S, layers + 1)``, the sum
+over the tokens i of sentence s and j of sentence s' of cos(h_i^(l), h_j^(l)) and of its square.
 
 Weights (no text): the singular values of ``W(t) = W_Q^i R_t W_K^{g(i)ᵀ}`` for offsets ``t`` of
-:data:`OFFSETS`, ``‖W(t) − W(0)‖_F / ‖W(0)‖_F``, and a bound on how far the 4-bit rounding can
-have moved them (Weyl: a singular value moves by at most the spectral norm of the perturbation).
+:data:`OFFSETS` and ``‖W(t) − W(0)‖_F / ‖W(0)‖_F``.
+
+Sensitivity to the 4-bit rounding (:func:`requantised`): every 4-bit weight moved again by noise
+of the rounding's own size (uniform on ± half its block's step ``d_b``, read from the file), for
+:data:`REQUANT_DRAWS` draws; ``requant_sigma`` ``(draws, layers, h, d_k)`` (the spectrum of W(0)) and,
+on the first :data:`REQUANT_SENTENCES` sentences, ``requant_<name>`` ``(draws, sentences, …)`` for the
+sums in :data:`REQUANT_SUMS`, beside the same sums of the model as stored.
 """
 
 from __future__ import annotations
@@ -117,40 +128,89 @@ def family_spectra(model, offsets=OFFSETS) -> dict[str, Tensor]:
     return {"family_sigma": sigma, "family_change": change}
 
 
-def quantisation_bounds(path: Path, layers: int, h: int, h_kv: int, d_k: int) -> dict[str, Tensor]:
-    """Per (layer, head): Frobenius-norm bounds of the 4-bit rounding of W_Q^i and W_K^{g(i)}, from the
-    block scales of the file (:data:`FP16_UNIT`), and the resulting bound on the spectral norm of
-    the change of W = W_Q W_Kᵀ: ‖ΔW‖₂ ≤ ‖ΔQ‖‖W_K‖ + ‖W_Q‖‖ΔK‖ + ‖ΔQ‖‖ΔK‖ (Frobenius norms)."""
+#: The 4-bit tensors of a block, as (GGUF name, attnref field, heads whose rows GGUF permutes or 0).
+QUANTISED = (("attn_q", "w_q", "h"), ("attn_k", "w_k", "h_kv"), ("attn_v", "w_v", None),
+             ("attn_output", "w_o", None), ("ffn_gate", "w_gate", None), ("ffn_up", "w_up", None),
+             ("ffn_down", "w_down", None))
+#: Draws of the re-rounding noise, and the sentences each perturbed model is run on.
+REQUANT_DRAWS = 2
+REQUANT_SENTENCES = 16
+#: The per-sentence sums measured again on each perturbed model.
+REQUANT_SUMS = ("rows", "within_post", "ln_norm", "ln_norm_sq", "dot_cos", "cos_sq", "dot_sq", "sink_mass")
+
+
+def block_steps(path: Path, layers: int) -> dict[tuple[int, str], Tensor]:
+    """The rounding step ``d_b`` of every 4-bit weight, per (layer, attnref field), in attnref's layout
+    (``(in, out)``, the rows of ``W_Q``/``W_K`` un-permuted as the loader does): Q4_1 stores a block of
+    32 weights as ``d_b·q + m_b`` (q in 0…15) rounded to nearest, so its rounding error is at most
+    ``d_b/2`` (plus the float16 rounding of ``d_b, m_b``, :data:`FP16_UNIT` relative)."""
     import gguf
     import numpy as np
 
+    from attnref.models.smollm import _field, unpermute
+
     reader = gguf.GGUFReader(str(path))
     tensors = {t.name: t for t in reader.tensors}
-
-    def row_bounds(name: str) -> Tensor:
-        t = tensors[name]
-        if t.tensor_type != gguf.GGMLQuantizationType.Q4_1:
-            raise ValueError(f"{name}: expected Q4_1 blocks, found {t.tensor_type.name}")
-        blocks = np.asarray(t.data).reshape(t.data.shape[0], -1, 20)            # (rows, blocks, 20 bytes)
-        d = blocks[..., 0:2].copy().view(np.float16).astype(np.float64)[..., 0]
-        m = blocks[..., 2:4].copy().view(np.float16).astype(np.float64)[..., 0]
-        per_weight = d * (0.5 + 15 * FP16_UNIT) + np.abs(m) * FP16_UNIT         # (rows, blocks)
-        return torch.from_numpy(np.sqrt((32 * per_weight ** 2).sum(axis=1)))     # (rows,) Frobenius per row
-
-    delta_q = torch.zeros(layers, h, dtype=torch.float64)
-    delta_k = torch.zeros(layers, h, dtype=torch.float64)
+    heads = {"h": int(_field(reader, "llama.attention.head_count")),
+             "h_kv": int(_field(reader, "llama.attention.head_count_kv"))}
+    out = {}
     for l in range(layers):
-        rows_q = row_bounds(f"blk.{l}.attn_q.weight").reshape(h, d_k)             # a head's rows of W_Qᵀ
-        rows_k = row_bounds(f"blk.{l}.attn_k.weight").reshape(h_kv, d_k)
-        delta_q[l] = rows_q.pow(2).sum(-1).sqrt()
-        delta_k[l] = rows_k.pow(2).sum(-1).sqrt().repeat_interleave(h // h_kv)
-    return {"delta_q": delta_q, "delta_k": delta_k}
+        for gguf_name, field, permuted in QUANTISED:
+            t = tensors[f"blk.{l}.{gguf_name}.weight"]
+            if t.tensor_type != gguf.GGMLQuantizationType.Q4_1:
+                raise ValueError(f"{t.name}: expected Q4_1 blocks, found {t.tensor_type.name}")
+            blocks = np.asarray(t.data).reshape(t.data.shape[0], -1, 20)            # (rows, blocks, 20 bytes)
+            step = torch.from_numpy(blocks[..., 0:2].copy().view(np.float16).astype(np.float32)[..., 0])
+            step = step.repeat_interleave(32, dim=1)                               # (out, in): one per weight
+            if permuted is not None:
+                step = unpermute(step, heads[permuted])
+            out[(l, field)] = step.T.contiguous()                                  # (in, out) as attnref stores it
+    return out
+
+
+def requantised(model, steps: dict[tuple[int, str], Tensor], generator: torch.Generator):
+    """A copy of ``model`` whose 4-bit weights moved by ``d_b·U(−½, ½)`` each, independently: a second
+    rounding error of the size the file's own rounding made (the embedding, 8-bit, is kept)."""
+    import dataclasses
+
+    from attnref.models.smollm import SmolLM
+
+    layers = []
+    for l, layer in enumerate(model.layers):
+        changes = {}
+        for _, field, _ in QUANTISED:
+            w = getattr(layer, field)
+            noise = torch.rand(w.shape, generator=generator, dtype=torch.float32) - 0.5
+            changes[field] = w + steps[(l, field)].to(w.dtype) * noise.to(w.dtype)
+        layers.append(dataclasses.replace(layer, **changes))
+    return SmolLM(model.config, model.embedding, layers, model.final_norm)
+
+
+def requant_sensitivity(model, path: Path, token_ids: list[list[int]], seed: int = 0,
+                        draws: int = REQUANT_DRAWS, sentences: int = REQUANT_SENTENCES) -> dict[str, Tensor]:
+    """``requant_sigma`` and ``requant_<name>`` of the module docstring (float32 runs, as the model)."""
+    steps = block_steps(path, len(model.layers))
+    generator = torch.Generator().manual_seed(seed)
+    sigma, sums = [], []
+    for _ in range(draws):
+        noisy = requantised(model, steps, generator)
+        sigma.append(family_spectra(noisy, offsets=(0,))["family_sigma"][:, :, 0])    # (layers, h, d_k)
+        with torch.no_grad():
+            per = [_sums_for_sentence(noisy, torch.tensor(ids, dtype=torch.int64),
+                                       attention_only=False)
+                   for ids in token_ids[:sentences]]
+        sums.append({name: torch.stack([p[name] for p in per]) for name in REQUANT_SUMS})
+    out = {"requant_sigma": torch.stack(sigma)}
+    out.update({f"requant_{name}": torch.stack([s[name] for s in sums]) for name in REQUANT_SUMS})
+    return out
 
 
 # --- activations ---------------------------------------------------------------------------------
 
-def _sums_for_sentence(model, ids: Tensor) -> dict[str, Tensor]:
-    """The per-sentence sums of the module docstring, for one sentence ``ids`` (n,)."""
+def _sums_for_sentence(model, ids: Tensor, attention_only: bool = True, units: list | None = None) -> dict[str, Tensor]:
+    """The per-sentence sums of the module docstring, for one sentence ``ids`` (n,); ``attention_only=False``
+    skips the attention-only path; ``units`` (a list) receives the unit vectors of H^(0) … H^(L),
+    ``(layers + 1, n, d)`` float64, for :func:`pair_sums`."""
     from attnref.decoder import decoder_block, grouped_query_attention
 
     c = model.config
@@ -158,11 +218,15 @@ def _sums_for_sentence(model, ids: Tensor) -> dict[str, Tensor]:
     L = len(model.layers)
     out = {name: torch.zeros(L, c.h, dtype=torch.float64) for name in
            ("rows", "within_pre", "within_post", "dot_cos", "cos_sq", "dot_sq", "q_norm", "q_norm_sq")}
-    out.update({name: torch.zeros(L, c.h_kv, dtype=torch.float64) for name in ("k_norm", "k_norm_sq")})
+    out.update({name: torch.zeros(L, c.h_kv, dtype=torch.float64) for name in
+                ("k_norm", "k_norm_sq", "value_first_norm", "value_other_norm")})
+    out["sink_mass"] = torch.zeros(L, c.h, dtype=torch.float64)
     out.update({name: torch.zeros(L, dtype=torch.float64) for name in
                 ("ln_norm", "ln_norm_sq", "ln_dev", "attention_sq", "ffn_sq")})
     out.update({name: torch.zeros(L + 1, dtype=torch.float64) for name in
-                ("stream_sq", "spread_sq", "total_sq", "cos_sum", "pairs", "pure_spread_sq", "pure_total_sq")})
+                ("stream_sq", "spread_sq", "total_sq", "cos_sum", "pairs", "pure_spread_sq", "pure_total_sq",
+                 "first_sq")})
+    unit_vectors = []
     allowed = torch.ones(n, n, dtype=torch.bool).tril(-1) | torch.eye(n, dtype=torch.bool)   # j ≤ t
     lower = torch.ones(n, n, dtype=torch.bool).tril(-1)                                     # distinct pairs
     enough = allowed.sum(-1) >= 2                                                            # rows with ≥ 2 keys
@@ -172,7 +236,9 @@ def _sums_for_sentence(model, ids: Tensor) -> dict[str, Tensor]:
         out["stream_sq"][index] = x64.pow(2).sum()
         out["total_sq"][index] = x64.pow(2).sum()
         out["spread_sq"][index] = (x64 - x64.mean(0, keepdim=True)).pow(2).sum()
+        out["first_sq"][index] = x64[0].pow(2).sum()
         unit = x64 / x64.norm(dim=-1, keepdim=True)
+        unit_vectors.append(unit)
         out["cos_sum"][index] = (unit @ unit.T)[lower].sum()
         out["pairs"][index] = lower.sum()
 
@@ -210,13 +276,36 @@ def _sums_for_sentence(model, ids: Tensor) -> dict[str, Tensor]:
         out["k_norm"][l], out["k_norm_sq"][l] = k.norm(dim=-1).sum(-1), k.pow(2).sum((-1, -2))
         out["attention_sq"][l] = trace.attention_update.double().pow(2).sum()
         out["ffn_sq"][l] = trace.ffn_update.double().pow(2).sum()
+        out["sink_mass"][l] = att.weights.double()[:, 1:, 0].sum(-1)                        # (h,): rows t ≥ 1
+        value = (normalised @ layer.w_v).double().unflatten(-1, (c.h_kv, c.d_k)).transpose(0, 1)  # (h_kv, n, d_k)
+        value_norms = value.norm(dim=-1)                                                   # (h_kv, n)
+        out["value_first_norm"][l], out["value_other_norm"][l] = value_norms[:, 0], value_norms[:, 1:].sum(-1)
         x = trace.output
         stream_stats(l + 1, x)
+        if not attention_only:
+            continue
         pure = grouped_query_attention(rms_norm(pure, layer.attention_norm.double(), c.eps),
                                        layer.to(torch.float64), c).output
         out["pure_spread_sq"][l + 1] = (pure - pure.mean(0, keepdim=True)).pow(2).sum()
         out["pure_total_sq"][l + 1] = pure.pow(2).sum()
+    if units is not None:
+        units.append(torch.stack(unit_vectors))
     return out
+
+
+def pair_sums(units: list[Tensor]) -> dict[str, Tensor]:
+    """From each sentence's unit vectors ``(layers + 1, n_s, d)``: ``pair_cos`` and ``pair_cos_sq``
+    ``(S, S, layers + 1)``, the sums over token pairs (i in sentence s, j in s') of the cosine and of
+    its square (A2 uses s ≠ s')."""
+    sentence = torch.cat([torch.full((u.shape[1],), s) for s, u in enumerate(units)])   # (N,)
+    member = torch.nn.functional.one_hot(sentence, len(units)).double()                 # (N, S)
+    everything = torch.cat(units, dim=1)                                                # (layers + 1, N, d)
+    pair_cos, pair_cos_sq = [], []
+    for layer in everything:                                                            # (N, d)
+        cos = layer @ layer.T                                                           # (N, N)
+        pair_cos.append(member.T @ cos @ member)                                        # (S, S)
+        pair_cos_sq.append(member.T @ cos.pow(2) @ member)
+    return {"pair_cos": torch.stack(pair_cos, -1), "pair_cos_sq": torch.stack(pair_cos_sq, -1)}
 
 
 ATTENTION_WEIGHTS = ("w_q", "w_k", "w_v", "w_o")
@@ -255,16 +344,17 @@ def measure_sentences(model, token_ids: list[list[int]], progress=None,
                       gradients: int = GRADIENT_SENTENCES) -> dict[str, Tensor]:
     """:func:`_sums_for_sentence` for every sentence, stacked along a first dimension, and
     :func:`_gradient_norms` for the first ``gradients`` sentences (arrays ``grad_*``, ``loss``)."""
-    rows, grads = [], []
+    rows, grads, units = [], [], []
     for i, ids in enumerate(token_ids):
         ids = torch.tensor(ids, dtype=torch.int64)
         with torch.no_grad():
-            rows.append(_sums_for_sentence(model, ids))
+            rows.append(_sums_for_sentence(model, ids, units=units))
         if i < gradients:
             grads.append(_gradient_norms(model, ids))
         if progress is not None:
             progress(i + 1, len(token_ids))
     out = {name: torch.stack([r[name] for r in rows]) for name in rows[0]}
+    out.update(pair_sums(units))
     if grads:
         out.update({name: torch.stack([g[name] for g in grads]) for name in grads[0]})
     return out
