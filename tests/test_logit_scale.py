@@ -249,3 +249,64 @@ def test_slope_interval_from_intervals():
         assert slope.low - 1e-12 <= stats.loglog_slope(torch.tensor(x, dtype=torch.float64), y) <= slope.high + 1e-12
     with pytest.raises(ValueError, match="share one bound type"):
         logit_scale.loglog_slope_interval(x[:2], [intervals[0], stats.Interval(2.0, 1.0, 3.0, "Hoeffding", 1e-7, 10)])
+
+
+# --- round 3: the gap median, Gemma 2's soft cap, T5's initialisation, hull separation (C4, C9, C10)
+
+def test_gap_median_matches_a_simulation(gen):
+    from attnref.analysis import stats
+
+    m = 16
+    top2 = torch.randn(200_000, m, generator=gen, dtype=torch.float64).topk(2, dim=-1).values
+    interval = stats.quantile_interval(top2[:, 0] - top2[:, 1], 0.5, 1e-6)
+    assert interval.low <= logit_scale.top_two_gap_median(m) <= interval.high
+    # two normals: G = |Z_1 − Z_2| ~ √2 |Z|, median √2 Φ⁻¹(3/4)
+    assert logit_scale.top_two_gap_median(2) == pytest.approx(math.sqrt(2) * 0.6744897501960817, rel=1e-6)
+
+
+def test_soft_cap_is_gemma2s_reference_attention():
+    from types import SimpleNamespace
+
+    from transformers.models.gemma2 import modeling_gemma2
+
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 2, 5, 8, generator=gen, dtype=torch.float64)       # (batch, heads, n, d_k)
+    k = 6 * torch.randn(1, 2, 7, 8, generator=gen, dtype=torch.float64)
+    v = torch.randn(1, 2, 7, 3, generator=gen, dtype=torch.float64)
+    module = SimpleNamespace(head_dim=8, num_key_value_groups=1, training=False)
+    output, weights = modeling_gemma2.eager_attention_forward(module, q, k, v, None, softcap=50.0)
+    ours = logit_scale.soft_capped_attention(q, k, v, 50.0)
+    torch.testing.assert_close(ours.weights, weights.double(), rtol=0, atol=1e-6)   # transformers: float32 softmax
+    torch.testing.assert_close(ours.output.transpose(1, 2), output.double(), rtol=0, atol=1e-6)
+
+
+def test_soft_cap_properties():
+    s = torch.linspace(-1e4, 1e4, 2001, dtype=torch.float64)
+    capped = logit_scale.soft_cap(s, 5.0)
+    assert capped.abs().max() <= 5.0 and (capped.diff() >= 0).all()
+    small = torch.tensor([1e-3], dtype=torch.float64)
+    assert logit_scale.soft_cap(small, 5.0).item() == pytest.approx(1e-3 - 1e-9 / 75, rel=1e-12)
+    with pytest.raises(ValueError, match="cap"):
+        logit_scale.soft_cap(s, 0.0)
+
+
+def test_t5_init_std_is_transformers_t5_initialisation():
+    from transformers import T5Config, T5EncoderModel
+
+    torch.manual_seed(0)
+    config = T5Config(d_model=256, d_kv=32, num_heads=4, num_layers=1, d_ff=64, vocab_size=16)
+    attention = T5EncoderModel(config).encoder.block[0].layer[0].SelfAttention
+    std_q, std_k = logit_scale.t5_init_std(256, 32)
+    # 256 × 128 entries each: the sample std is within a few per cent of the init std
+    assert attention.q.weight.std().item() == pytest.approx(std_q, rel=0.03)
+    assert attention.k.weight.std().item() == pytest.approx(std_k, rel=0.03)
+    assert std_q / std_k == pytest.approx(32 ** -0.5, rel=1e-12)
+
+
+def test_hull_separation_finds_the_centre_and_selects_the_corners():
+    keys = torch.tensor([[1.0, 1.0], [-1.0, 1.0], [-1.0, -1.0], [1.0, -1.0], [0.1, 0.2]], dtype=torch.float64)
+    distances, directions = logit_scale.hull_separation(keys)
+    assert distances[4].item() <= 1e-12 and directions[4].abs().max().item() == 0
+    assert (distances[:4] > 1).all()
+    scores = directions[:4] @ keys.T                    # each corner's direction selects it
+    assert torch.equal(scores.argmax(dim=-1), torch.arange(4))

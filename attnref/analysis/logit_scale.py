@@ -227,3 +227,90 @@ def chi_square(dof: int, *shape: int, generator: torch.Generator) -> Tensor:
         torch.manual_seed(seed)
         concentration = torch.full(shape, dof / 2.0, dtype=torch.float64)
         return 2.0 * torch.distributions.Gamma(concentration, torch.ones_like(concentration)).sample()
+
+
+def top_two_gap_median(m: int, points: int = 40001) -> float:
+    r"""Median of :math:`G = Z_{(1)} - Z_{(2)}` (see :func:`top_two_gap_density`), from its survival function
+
+    .. math:: P(G > g) = m \int \varphi(x)\,\Phi(x - g)^{m-1}\,dx
+
+    (the largest at x, all m − 1 others below x − g), solved for 1/2 by bisection. Without the
+    factor 1/√d_k the median softmax Jacobian of m Gaussian keys decays like
+    :math:`e^{-\mathrm{med}(G)\sqrt{d_k}}` (chapter 4, C4)."""
+    check.positive_int("m", m)
+    if m < 2:
+        raise ValueError(f"a gap between the two largest needs m ≥ 2, got {m}")
+    x = torch.linspace(-12.0, 16.0, points, dtype=torch.float64)
+    phi = torch.exp(-x * x / 2) / math.sqrt(2 * math.pi)                         # φ(x)
+
+    def survival(gap: float) -> float:
+        return m * torch.trapezoid(phi * torch.special.ndtr(x - gap) ** (m - 1), x).item()
+
+    low, high = 0.0, 4.0
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if survival(middle) > 0.5 else (low, middle)
+    return (low + high) / 2
+
+
+def soft_cap(scores: Tensor, cap: float) -> Tensor:
+    r"""Gemma 2's logit soft-capping (Gemma Team 2024, §2): :math:`c \tanh(s / c)`, elementwise.
+
+    Odd, increasing (derivative :math:`\operatorname{sech}^2(s/c) \in (0, 1]`, so the order of the
+    logits is kept), :math:`c\tanh(s/c) = s - s^3/(3c^2) + O(s^5)` near 0, and bounded by ``cap`` in
+    absolute value: the logits of a row differ by less than :math:`2c`."""
+    check.floating("scores", scores)
+    if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not math.isfinite(cap) or cap <= 0:
+        raise ValueError(f"cap must be a finite number > 0, got {cap!r}")
+    return cap * torch.tanh(scores / cap)                     # c tanh(s/c)
+
+
+def soft_capped_attention(query: Tensor, key: Tensor, value: Tensor, cap: float, scale: float | None = None):
+    r"""Dot-product attention with soft-capped logits, as Gemma 2 computes it: scores
+    :math:`s = \text{scale}\; q\cdot k_j` (default :math:`1/\sqrt{d_k}`), then :func:`soft_cap`, then the
+    softmax. Returns attnref's ``AttentionResult`` (output and weights)."""
+    from attnref.attention import attention_from_scores, luong_dot_scores
+
+    if scale is None:
+        scale = 1.0 / math.sqrt(query.shape[-1])
+    scores = scale * luong_dot_scores(query, key)             # (..., n, m)
+    return attention_from_scores(soft_cap(scores, cap), value)
+
+
+def t5_init_std(d_model: int, d_kv: int, factor: float = 1.0) -> tuple[float, float]:
+    r"""The standard deviations T5 initialises its query and key projections with
+    (``T5PreTrainedModel._init_weights`` in transformers, after Mesh TensorFlow):
+    :math:`W_Q \sim \mathcal N(0, \text{factor}^2/(d\,d_k))` and :math:`W_K \sim \mathcal N(0, \text{factor}^2/d)`.
+    T5 computes unscaled scores :math:`q\cdot k`; the extra :math:`1/\sqrt{d_k}` of the query's
+    standard deviation is the factor of scaled dot-product attention, folded into the initialisation."""
+    check.positive_int("d_model", d_model)
+    check.positive_int("d_kv", d_kv)
+    return factor * (d_model * d_kv) ** -0.5, factor * d_model ** -0.5
+
+
+def hull_separation(keys: Tensor) -> tuple[Tensor, Tensor]:
+    r"""For each key, its distance to the convex hull of the *other* keys and a unit query that
+    selects it under dot-product scores.
+
+    ``keys (m, d)`` → distances ``(m,)`` and directions ``(m, d)``. A key at distance 0 (up to
+    round-off: at most 1e−9 times the largest key norm) lies in the hull of the others (:func:`attnref.analysis.hull.distance_to_hull`, exact up to round-off): its
+    score :math:`q\cdot k_j = \sum_l \lambda_l\, q\cdot k_l` never exceeds the largest of the others,
+    for any query, and its direction is 0. A key outside has the separating direction
+    :math:`u = (k_j - x^*)/\lVert k_j - x^*\rVert` (:math:`x^*` the nearest point of the hull), for which
+    :math:`u\cdot k_j > u\cdot k_l` for every other key: the query :math:`u` gives it the largest weight."""
+    from attnref.analysis.hull import distance_to_hull
+
+    check.floating("keys", keys, exact_dim=2)
+    m = keys.shape[0]
+    if m < 2:
+        raise ValueError(f"need at least 2 keys, got {m}")
+    distances, directions = keys.new_zeros(m), torch.zeros_like(keys)
+    scale = float(keys.norm(dim=-1).max())
+    for j in range(m):
+        others = torch.cat([keys[:j], keys[j + 1:]])                              # (m − 1, d)
+        distance, weights = distance_to_hull(keys[j:j + 1], others)
+        distances[j] = distance[0]
+        if distance[0] > 1e-9 * scale:                                            # outside, beyond round-off
+            nearest = weights[0] @ others                                         # x*: (d,)
+            directions[j] = (keys[j] - nearest) / (keys[j] - nearest).norm()
+    return distances, directions
