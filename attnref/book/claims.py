@@ -224,7 +224,7 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
     _C("H4", "flop-count", 5, "Computing the scores through the fused d × d matrix would be cheaper than through the factors.", FAILS),
     _C("H5", "fused-projections", 5, "Per-head projections and one packed d × d projection reshaped into heads compute the same thing.", HOLDS),
     _C("H6", "gauge-freedom", 5, "The factors of W_i are determined only up to an invertible d_k × d_k matrix.", HOLDS),
-    _C("H7", "low-rank-bottleneck", 5, "One head's n × n logit matrix (equivalently its row-centred log-weights) has rank at most d_k, so some patterns are out of reach when d_k < n.", HOLDS),
+    _C("H7", "low-rank-bottleneck", 5, "One head's n × n logit matrix has rank at most d_k and its row-centred log-weights rank at most min(d_k, n − 1), so some attention patterns are out of reach when d_k < n − 1.", HOLDS),
     _C("H8", "rope-no-single-w", 5, "With rotary positions there is no single fused W per head: the scores use W_Q R_{j−i} W_Kᵀ, depend on positions only through j − i, and the gauge freedom shrinks to matrices commuting with the rotations.", HOLDS),
     # 6 · The claims on trained Transformers
     _C("A1", "attention-sinks", 6, "Trained Transformers park much of their attention mass on a few content-free tokens (attention sinks): since softmax weights cannot be zero, a head with nothing to attend to attends to a sink, whose small value vector makes that mass a near no-op.", HOLDS),
