@@ -73,3 +73,32 @@ def test_missing_or_stale_data_names_make_experiments(tmp_path):
     (tmp_path / "e1.json").write_text(json.dumps({"training_code_hash": "0" * 16, "settings": []}))
     with pytest.raises(results.StaleData, match=r"stale: .* run `make experiments`"):
         results.load("E1", tmp_path)
+
+
+@pytest.mark.parametrize("experiment", ["E1", "E4", "E5"])
+def test_the_portable_kernel_recheck_reruns_the_stored_settings_on_another_path(experiment):
+    """data/experiments/portable/ (make experiments-recheck): same code, seeds, settings and learning
+    rates as the main file, trained on torch's portable kernels (chapter 8 decides on both)."""
+    try:
+        again = results.load_recheck(experiment)
+    except results.StaleData as error:
+        pytest.fail(str(error), pytrace=False)
+    assert again["machine"]["cpu_capability"] == "DEFAULT" and again["machine"]["MKL_ENABLE_INSTRUCTIONS"] == "SSE4_2"
+
+
+def test_a_recheck_of_other_settings_or_on_the_same_path_is_refused(tmp_path):
+    import shutil
+    for name in ("e5.json",):
+        shutil.copy(results.DATA / name, tmp_path / name)
+    (tmp_path / results.PORTABLE).mkdir()
+    again = json.loads((results.DATA / results.PORTABLE / "e5.json").read_text())
+    main = json.loads((results.DATA / "e5.json").read_text())
+    again["machine"] = {**again["machine"], "cpu_capability": (main.get("machine") or {}).get("cpu_capability")}
+    (tmp_path / results.PORTABLE / "e5.json").write_text(json.dumps(again))
+    with pytest.raises(results.StaleData, match="same CPU kernel path"):
+        results.load_recheck("E5", tmp_path)
+    again = json.loads((results.DATA / results.PORTABLE / "e5.json").read_text())
+    again["settings"][0]["lr"] *= 10
+    (tmp_path / results.PORTABLE / "e5.json").write_text(json.dumps(again))
+    with pytest.raises(results.StaleData, match="does not re-run the stored settings"):
+        results.load_recheck("E5", tmp_path)
