@@ -1,5 +1,5 @@
 """Chapter 6b's checks can fail: for every recheck on SmolLM2 (H2, H8, H7, C3, C6, D1, D2, A1,
-A2), a plausible bug — in the notebook's own code, in an attnref function it calls, or in the
+A2, L4), a plausible bug — in the notebook's own code, in an attnref function it calls, or in the
 stored measurements it reads (a measurement bug, or a NaN) — moves the recheck's verdict away
 from the expected one, and the check that catches it is named.
 
@@ -28,8 +28,9 @@ from attnref.book import claims
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "06b-trained-decoder.ipynb"
 MODEL = "SmolLM2-135M-Instruct"
-IDS = ["H2", "H8", "H7", "C3", "C6", "D1", "D2", "A1", "A2"]
+IDS = ["H2", "H8", "H7", "C3", "C6", "D1", "D2", "A1", "A2", "L4"]
 ANCHOR = re.compile(r"^\(smollm-(\w+)\)=$", re.M)
+DEPENDS = {"L4": ["A2"]}            # L4's recheck reads the pair statistics A2's section computes
 
 
 def sections() -> tuple[list[str], dict[str, list[str]]]:
@@ -58,7 +59,7 @@ _STORED = decoder_measure.load(ROOT)
 def run(claim_id: str, replace: tuple[str, str] | None = None, patch_data=None):
     """Run the set-up and section ``claim_id`` (with one mutation); return its verdict and checks."""
     setup, found = sections()
-    sources = found[claim_id]
+    sources = [source for earlier in DEPENDS.get(claim_id, []) for source in found[earlier]] + found[claim_id]
     if replace is not None:
         original, mutant = replace
         hits = sum(s.count(original) for s in setup + sources)
@@ -112,6 +113,7 @@ NAN_SITES = {                 # (array, index) into the stored measurements, one
     "D2": ("grad_ffn_sq", (0, 4)),
     "A1": ("sink_mass", (3, 20, 4)),
     "A2": ("pair_cos_sq", (1, 2, 17)),
+    "L4": ("pair_cos_sq", (5, 9, 0)),
 }
 
 
@@ -258,6 +260,15 @@ def test_a2_isotropic_vectors_fail_the_claim():
         arrays["pair_cos"][off] = 0.0
         arrays["pair_cos_sq"][off] = (n[:, None] * n[None, :])[off][:, None] / 576
     assert_caught("A2", *run("A2", patch_data=isotropic), "mean cosine")
+
+
+def test_l4_isotropic_embeddings_are_seen():
+    # Alternative: the embeddings isotropic between sentences (E[cos²] = 1/d), the blocks not.
+    def isotropic_embeddings(arrays):
+        n = arrays["sentence_lengths"].double()
+        off = ~torch.eye(n.numel(), dtype=torch.bool)
+        arrays["pair_cos_sq"][..., 0][off] = (n[:, None] * n[None, :])[off] / 576
+    assert_caught("L4", *run("L4", patch_data=isotropic_embeddings), "d·E[cos²]")
 
 
 def test_the_bootstrap_interval_is_used_on_the_log_scale(monkeypatch):

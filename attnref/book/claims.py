@@ -275,6 +275,7 @@ RECHECKS: dict[tuple[str, str], str] = {
     ("D2", "SmolLM2-135M-Instruct"): HOLDS,
     ("A1", "SmolLM2-135M-Instruct"): HOLDS,
     ("A2", "SmolLM2-135M-Instruct"): HOLDS,
+    ("L4", "SmolLM2-135M-Instruct"): PREMISE_FAILS,
 }
 
 
