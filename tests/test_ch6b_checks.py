@@ -278,3 +278,13 @@ def test_the_bootstrap_interval_is_used_on_the_log_scale(monkeypatch):
     low = text.split("[")[1].split(",")[0]
     assert not low.startswith("−"), f"D1's interval of a positive residual goes negative: {text}"
     assert trained.BOOTSTRAP in claims.NOMINAL_BOUNDS
+
+
+def test_c6_coefficient_of_variation_with_the_variance_sign_flipped_is_caught(monkeypatch):
+    # Bug in attnref: CV from (mean² − mean of squares), clamped at 0 — every CV becomes 0.
+    def flipped(total, total_squares, count):
+        mean = total / count
+        return (mean * mean - total_squares / count).clamp_min(0).sqrt() / mean
+    monkeypatch.setattr(trained, "coefficient_of_variation", flipped)
+    assert_caught("C6", *run("C6"), "CV of ‖RMSNorm(h)‖, trained gain")
+
