@@ -154,3 +154,41 @@ def test_jacobian_is_the_per_draw_jacobian(gen):
                 for k in ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "w_1",
                           "w_2")}), "pre-LN")[-1][0], x[b])
         torch.testing.assert_close(J[b], single.reshape(12, 12), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.25])
+def test_skip_recursion_follows_the_direct_skip_stack(gen, scale):
+    s = stack(gen, depth_=6, bias=False)
+    x = torch.randn(3, 5, 8, generator=gen, dtype=torch.float64)
+    hidden = [x]
+    for index in range(6):
+        hidden.append(hidden[-1] + scale * depth.self_attention(hidden[-1], depth.layer_weights(s, index)))
+    direct = torch.stack([depth.relative_residual(h) for h in hidden])
+    torch.testing.assert_close(depth.skip_recursion(x, s, scale).exp(), direct, rtol=1e-10, atol=0)
+    with pytest.raises(ValueError):
+        depth.skip_recursion(x, stack(gen, bias=True))
+
+
+def test_attention_entropy_is_log_n_for_uniform_rows_and_matches_an_explicit_sum(gen):
+    s = stack(gen, bias=False)
+    w = depth.layer_weights(s, 0)
+    x = torch.randn(3, 5, 8, generator=gen, dtype=torch.float64)
+    zero = {k: torch.zeros_like(t) if k in ("w_q", "w_k") else t for k, t in w.items()}
+    torch.testing.assert_close(depth.attention_entropy(x, zero), torch.full((3,), math.log(5),
+                                                                            dtype=torch.float64))
+    q = torch.einsum("bnd,bhdk->bhnk", x, w["w_q"])
+    k = torch.einsum("bnd,bhdk->bhnk", x, w["w_k"])
+    p = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), dim=-1)
+    expected = -(p * p.log()).sum(-1).mean(dim=(-1, -2))
+    torch.testing.assert_close(depth.attention_entropy(x, w), expected, rtol=1e-12, atol=0)
+
+
+def test_layer_gradient_norms_of_named_tensors(gen):
+    s = stack(gen, bias=False)
+    x = torch.randn(3, 5, 8, generator=gen, dtype=torch.float64)
+    t = torch.randn(3, 5, 8, generator=gen, dtype=torch.float64)
+    every = depth.layer_gradient_norms(x, s, "attention + skip", t)
+    qk = depth.layer_gradient_norms(x, s, "attention + skip", t, names=("w_q", "w_k"))
+    vo = depth.layer_gradient_norms(x, s, "attention + skip", t, names=("w_v", "w_o"))
+    torch.testing.assert_close(qk ** 2 + vo ** 2, every ** 2, rtol=1e-12, atol=0)
+    assert (qk > 0).all() and (qk < every).all()

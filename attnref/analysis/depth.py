@@ -17,6 +17,9 @@ attnref's own, draw by draw.
 * :func:`collapse_recursion` — a pure self-attention stack followed exactly in the split
   :math:`X = \mathbf 1 m^\top + R`, with :math:`\lVert R\rVert` carried as a logarithm, so that a
   residual of :math:`10^{-10^{11}}` is still resolved (float64 stops at its round-off floor).
+* :func:`skip_recursion` — the same for :math:`X + c\,\mathrm{SA}(X)` (plain or scaled skip
+  connections): an exponential collapse followed past float64's floor.
+* :func:`attention_entropy` — the mean entropy of a layer's attention rows.
 * :func:`layer_gradient_norms` — the norm of the loss gradient w.r.t. each layer's weights.
 * :func:`jacobian` — end-to-end input–output Jacobians of a batched map, one per draw.
 * :func:`mean_pairwise_cosine` — the tokens' mean pairwise cosine similarity.
@@ -298,19 +301,86 @@ def collapse_recursion(x: Tensor, stack: Stack) -> Tensor:
     return torch.stack(logs)
 
 
+def skip_recursion(x: Tensor, stack: Stack, scale: float = 1.0) -> Tensor:
+    r"""``log r_l`` (natural log of :func:`relative_residual`) of the stack
+    :math:`X \leftarrow X + c\,\mathrm{SA}(X)` (:func:`self_attention` without biases, branch
+    scale ``c = scale``) for ``l = 0, …, L``: ``x (B, n, d)`` → ``(L + 1, B)``.
+
+    As in :func:`collapse_recursion`, :math:`X = \mathbf 1 m^\top + e^{s} \hat R` with
+    :math:`\hat R` centred and of unit norm. Per head the scores are, up to a term constant along
+    each row (which the softmax ignores), :math:`e^{s} a_j + e^{2s} \hat c_{ij}`, so
+    :math:`P = \mathrm{softmax}` of that is computed without the large common part
+    :math:`m W_Q W_K^\top m^\top`; since the rows of :math:`P` sum to 1,
+    :math:`P X W_V = \mathbf 1 m^\top W_V + e^{s} P \hat R W_V`, and the new residual is
+
+    .. math:: e^{s}\bigl(\hat R + c\,(I - \tfrac1n \mathbf 1\mathbf 1^\top) \textstyle\sum_h P_h \hat R W_V^h W_O^h\bigr),
+
+    a sum of two terms of the residual's own scale (no subtraction of nearly equal tokens). The
+    scale is carried as the logarithm :math:`s`, so a residual far below float64's round-off floor
+    relative to the mean token is still resolved. Every step is exact algebra.
+    """
+    if stack.b_q is not None:
+        raise ValueError("skip_recursion follows attention without biases (Stack.random(bias=False))")
+    mean = x.mean(dim=-2)                                             # (B, d)
+    centred = x - mean[:, None]                                       # (B, n, d)
+    s = torch.log(torch.linalg.matrix_norm(centred))                  # (B,)
+    r_hat = centred / torch.exp(s)[:, None, None]                     # (B, n, d), unit norm
+    n = x.shape[-2]
+
+    def log_ratio(mean: Tensor, s: Tensor) -> Tensor:
+        return s - 0.5 * torch.logaddexp(math.log(n) + 2 * torch.log(torch.linalg.vector_norm(mean, dim=-1)), 2 * s)
+
+    logs = [log_ratio(mean, s)]
+    for index in range(stack.depth):
+        w = layer_weights(stack, index)
+        d_k = w["w_q"].shape[-1]
+        t = torch.exp(s)[:, None, None, None]                         # (B, 1, 1, 1)
+        q_m = torch.einsum("bd,bhdk->bhk", mean, w["w_q"])            # (B, h, d_k)
+        q_r = torch.einsum("bnd,bhdk->bhnk", r_hat, w["w_q"])         # (B, h, n, d_k)
+        k_r = torch.einsum("bnd,bhdk->bhnk", r_hat, w["w_k"])         # (B, h, n, d_k)
+        v_m = torch.einsum("bd,bhdk->bhk", mean, w["w_v"])            # (B, h, d_v)
+        v_r = torch.einsum("bnd,bhdk->bhnk", r_hat, w["w_v"])         # (B, h, n, d_v)
+        a = torch.einsum("bhk,bhnk->bhn", q_m, k_r)[:, :, None] / math.sqrt(d_k)   # (B, h, 1, n)
+        c_hat = q_r @ k_r.transpose(-1, -2) / math.sqrt(d_k)          # (B, h, n, n)
+        p = torch.softmax(t * a + t * t * c_hat, dim=-1)              # (B, h, n, n)
+        g = p @ v_r                                                   # (B, h, n, d_v): P R̂ W_V
+        head_mean = v_m + t[..., 0] * g.mean(-2)                      # (B, h, d_v)
+        head_res = g - g.mean(dim=-2, keepdim=True)                   # (I − J) P R̂ W_V
+        mean = mean + scale * (head_mean.flatten(-2)[:, None] @ w["w_o"])[:, 0]      # (B, d)
+        residual = r_hat + scale * (head_res.transpose(1, 2).flatten(-2) @ w["w_o"])  # (B, n, d)
+        norm = torch.linalg.matrix_norm(residual)                     # (B,)
+        s = s + torch.log(norm)
+        r_hat = residual / norm[:, None, None]
+        logs.append(log_ratio(mean, s))
+    return torch.stack(logs)
+
+
+def attention_entropy(x: Tensor, w: dict[str, Tensor]) -> Tensor:
+    r"""Mean entropy (nats) of the attention rows of one batched layer at ``x (B, n, d)``, over
+    heads and queries → ``(B,)``: :math:`\ln n` for uniform weights, 0 for one-hot rows."""
+    q = torch.einsum("bnd,bhdk->bhnk", x, w["w_q"])
+    k = torch.einsum("bnd,bhdk->bhnk", x, w["w_k"])
+    if "b_q" in w:
+        q, k = q + w["b_q"][:, :, None], k + w["b_k"][:, :, None]
+    logp = torch.log_softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), dim=-1)   # (B, h, n, n)
+    return -(logp.exp() * logp).sum(-1).mean(dim=(-1, -2))
+
+
 # --- D2: per-layer gradient norms -----------------------------------------------------------------
 def layer_gradient_norms(x: Tensor, stack: Stack, variant: str, target: Tensor,
-                         final_norm: bool = False) -> Tensor:
+                         final_norm: bool = False, names: tuple[str, ...] | None = None) -> Tensor:
     r"""``‖∂ℓ/∂θ_l‖`` for every layer ``l`` and draw: the Euclidean norm of the gradient of the
     loss :math:`\ell = \tfrac12 \lVert Y - T\rVert_F^2` (per draw; ``Y`` the stack's output, after
     the final LayerNorm when ``final_norm``) with respect to all weight tensors of layer ``l``
-    together. ``x, target (B, n, d)`` → ``(L, B)``."""
+    together (only the tensors named in ``names``, e.g. ``("w_q", "w_k")``, when given).
+    ``x, target (B, n, d)`` → ``(L, B)``."""
     leaves = {k: t.detach().clone().requires_grad_() for k, t in stack.tensors().items()}
     output = run(x, stack, variant, final_norm=final_norm, tensors=leaves)[-1]      # (B, n, d)
     loss = 0.5 * ((output - target) ** 2).sum()       # draws are independent: sum of their losses
-    grads = torch.autograd.grad(loss, list(leaves.values()))
-    # each gradient (L, B, …) -> squared norm per (layer, draw)
-    squares = sum(g.flatten(2).pow(2).sum(-1) for g in grads)
+    grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)   # unused: the FFN's
+    # each gradient (L, B, …) -> squared norm per (layer, draw); a tensor the variant does not use has none
+    squares = sum(g.flatten(2).pow(2).sum(-1) for name, g in zip(leaves, grads)
+                  if g is not None and (names is None or name in names))
     return squares.sqrt()
 
 
