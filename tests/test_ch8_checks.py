@@ -94,3 +94,23 @@ def test_a_verdict_that_the_cpu_kernels_would_change_is_not_established():
     assert "fused W − factored W_Q W_Kᵀ, n = 8 (upper end): the same decision on torch's portable CPU kernels" \
         in failing, failing
     assert all(name.endswith("the same decision on torch's portable CPU kernels") for name in failing)
+
+
+@pytest.mark.parametrize("claim_id", [f"E{i}" for i in range(1, 6)])
+def test_a_nan_accuracy_cannot_pass(claim_id):
+    # one stored accuracy read as NaN (a diverged or corrupted run): the verdict moves
+    replace = ("import math\n", "import math\n_accuracies = results.accuracies\n"
+               "results.accuracies = lambda *a, **k: [float('nan')] + _accuracies(*a, **k)[1:]\n")
+    from attnref.training import results as _results
+    original = _results.accuracies
+    try:
+        verdict, checks = run_section(claim_id, replace)
+    finally:
+        _results.accuracies = original
+    assert verdict != claims.expected_verdict(claim_id), f"{claim_id}: a NaN accuracy kept the verdict {verdict}"
+
+
+def test_every_check_says_what_it_rules_out():
+    for claim_id in [f"E{i}" for i in range(1, 6)]:
+        _, checks = run_section(claim_id)
+        assert all(c.fails_if for c in checks), [c.name for c in checks if not c.fails_if]
