@@ -370,7 +370,7 @@ def bootstrap_interval(estimate: float | Tensor, replicates: Tensor,
     if r.numel() < 2:
         raise ValueError("need at least 2 bootstrap replicates")
     z = stats.normal_quantile(failure_probability)
-    centre = _forward(torch.as_tensor(float(estimate)), scale)
+    centre = _forward(torch.as_tensor(float(estimate), dtype=torch.float64), scale)
     half = z * r.std(unbiased=True)
     low, high = (float(_back(centre + sign * half, scale)) for sign in (-1, 1))
     return stats.Interval(float(estimate), low, high, BOOTSTRAP, failure_probability, r.numel())
