@@ -175,3 +175,17 @@ def test_the_book_build_ignores_a_second_virtual_environment_in_the_checkout():
         assert matcher(path), f"{path} would be built as a page of the book"
     for path in ("book/intro.md", "notebooks/01-nonlinearity.ipynb"):
         assert not matcher(path), f"{path} is a page of the book"
+
+
+def test_every_recorded_check_says_what_it_rules_out():
+    """Each check in every stored verdict carries its "fails if" line (the bug or alternative it
+    rules out; issue #25): a check nobody can say how to fail is a check that cannot fail."""
+    missing = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            for output in cell.get("outputs", []):
+                verdict = (output.get("metadata") or {}).get("attnref_verdict")
+                for check in (verdict or {}).get("checks", []):
+                    if not (check.get("fails_if") or "").strip():
+                        missing.append(f"{path.name} {verdict['id']}: {check['name']}")
+    assert not missing, "checks without a fails-if line:\n  " + "\n  ".join(missing)
