@@ -120,3 +120,26 @@ def test_the_requantised_model_measures_as_stored(stored, model):
         distance, allowed = provenance.float32_drift(arrays[f"requant_{name}"][0, :1], again[name][None],
                                                      exact[name][None])
         assert distance <= allowed, f"requant_{name}: {distance:.2g} from float64 > {allowed:.2g}: run `make measure`"
+
+
+def test_block_zero_hull_measures_as_stored(stored, model):
+    """C9's hull arrays of the long text, block 0 (the float32 activations within the float32 error
+    this machine makes on them, as above), and the random-key baseline (float64, seeded: 1e-9)."""
+    arrays, record = stored
+
+    def first_block(m):
+        class FirstLayer:
+            config = m.config
+            layers = m.layers[:1]
+            embedding = m.embedding
+        return FirstLayer
+
+    ids = arrays["token_ids"][:record["long_text_tokens"]].tolist()
+    torch.set_num_threads(1)
+    again = dm.long_text_hull(first_block(model), ids, seed=record["hull"]["seed"])
+    exact = dm.long_text_hull(first_block(model.to(torch.float64)), ids, seed=record["hull"]["seed"])
+    for name in ("hull_distance", "hull_key_scale", "hull_top_gap", "hull_centroid_gap"):
+        distance, allowed = provenance.float32_drift(arrays[name][:1], again[name], exact[name])
+        assert distance <= allowed, f"{name}: {distance:.2g} from float64 > {allowed:.2g}: run `make measure`"
+    assert (arrays["hull_centroid_distance"][0] <= 1e-9 * arrays["hull_key_scale"][0]).all()
+    assert torch.allclose(again["hull_random_distance"], arrays["hull_random_distance"], rtol=1e-9, atol=0)

@@ -27,6 +27,7 @@ from attnref.models import smollm  # noqa: E402
 
 LONG_TEXT_TOKENS = 160     # > d_k = 64: H7's rank bound can bind
 REQUANT_SEED = 0           # the re-rounding noise of the quantisation sensitivity
+HULL_SEED = 0              # C9's random-key baseline
 
 
 def main() -> int:
@@ -54,6 +55,8 @@ def main() -> int:
     say("activations measured")
     long_ids = [t for ids in token_ids for t in ids][:LONG_TEXT_TOKENS]
     arrays["long_text_sigma"] = dm.long_text_logit_spectra(model, long_ids)
+    arrays.update(dm.long_text_hull(model, long_ids, seed=HULL_SEED))
+    say("C9's hull of the long text's keys measured")
     arrays.update(dm.family_spectra(model))
     c = model.config
     say("weights measured")
@@ -71,6 +74,8 @@ def main() -> int:
         "config": {"d": c.d, "h": c.h, "h_kv": c.h_kv, "d_k": c.d_k, "layers": len(model.layers),
                    "rope_base": c.rope_base, "eps": c.eps},
         "offsets": list(dm.OFFSETS), "long_text_tokens": len(long_ids),
+        "hull": {"seed": HULL_SEED, "random_draws": dm.HULL_RANDOM_DRAWS,
+                 "random_keys": "n standard normal keys in d_k dimensions, torch.Generator().manual_seed(seed)"},
         "requant": {"seed": REQUANT_SEED, "draws": dm.REQUANT_DRAWS, "sentences": dm.REQUANT_SENTENCES,
                     "noise": "each 4-bit weight + d_b·U(−1/2, 1/2), d_b its block's step in the file"},
         "torch": torch.__version__, "python": platform.python_version(), "threads": 1, "dtype": "float32",

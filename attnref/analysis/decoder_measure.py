@@ -34,6 +34,10 @@ head ``i`` (key head ``g(i) = i // (h / h_kv)``), sums over the rows a causal so
 Pairs of sentences (A2, :func:`pair_sums`): ``pair_cos``, ``pair_cos_sq`` ``(S, S, layers + 1)``, the sum
 over the tokens i of sentence s and j of sentence s' of cos(h_i^(l), h_j^(l)) and of its square.
 
+C9 on the long text (:func:`long_text_hull`): ``hull_distance``, ``hull_key_scale``, ``hull_top_gap``,
+``hull_centroid_distance``, ``hull_centroid_gap``, ``hull_random_distance``: which rotated keys lie in the convex hull of the others, and whether a
+query of the text gives them the largest score.
+
 Weights (no text): the singular values of ``W(t) = W_Q^i R_t W_K^{g(i)ᵀ}`` for offsets ``t`` of
 :data:`OFFSETS` and ``‖W(t) − W(0)‖_F / ‖W(0)‖_F``.
 
@@ -376,6 +380,62 @@ def long_text_logit_spectra(model, ids: list[int]) -> Tensor:
             spectra.append(torch.linalg.svdvals(q @ k.transpose(-2, -1)))                  # (h, n)
             x = trace.output
     return torch.stack(spectra)
+
+
+#: Random-key baseline of C9's count: draws of n standard normal keys in d_k dimensions.
+HULL_RANDOM_DRAWS = 3
+
+
+def long_text_hull(model, ids: list[int], seed: int = 0) -> dict[str, Tensor]:
+    r"""C9 on one long text: which rotated keys lie in the convex hull of the other keys.
+
+    ``hull_distance`` ``(layers, h_kv, n)``: the distance of each rotated key k̃_j (float64) to the
+    convex hull of the other n − 1 rotated keys of its key head (:func:`attnref.analysis.logit_scale.hull_separation`;
+    0 up to round-off for a key in that hull, which no query can give the largest score);
+    ``hull_key_scale`` ``(layers, h_kv)``: the largest key norm (the scale of the round-off);
+    ``hull_top_gap`` ``(layers, h, n)``: over the text's n queries of head i, scored against all n
+    keys (no causal mask), the largest ``q̃_t·k̃_j − max_{l≠j} q̃_t·k̃_l`` (> 0 iff some query of
+    the text gives key j the largest score); ``hull_centroid_distance`` ``(layers, h_kv)`` and
+    ``hull_centroid_gap`` ``(layers, h)``: the same for the mean of the keys, a key inside their hull
+    by construction (the control: the hull test must find it at distance 0, and no query give it
+    the top score); ``hull_random_distance`` ``(draws, n)``: the same
+    distances for :data:`HULL_RANDOM_DRAWS` draws of n standard normal keys in d_k dimensions
+    (generator seeded with ``seed``), the baseline."""
+    from attnref.analysis.hull import distance_to_hull
+    from attnref.analysis.logit_scale import hull_separation
+    from attnref.decoder import decoder_block
+
+    c = model.config
+    x = model.embedding[torch.tensor(ids, dtype=torch.int64)]
+    n = len(ids)
+    distance = torch.zeros(len(model.layers), c.h_kv, n, dtype=torch.float64)
+    scale = torch.zeros(len(model.layers), c.h_kv, dtype=torch.float64)
+    gap = torch.zeros(len(model.layers), c.h, n, dtype=torch.float64)
+    centroid_distance = torch.zeros(len(model.layers), c.h_kv, dtype=torch.float64)
+    centroid_gap = torch.zeros(len(model.layers), c.h, dtype=torch.float64)
+    with torch.no_grad():
+        for index, layer in enumerate(model.layers):
+            trace = decoder_block(x, layer, c)
+            q = trace.attention.rotated_query.double()                                   # (h, n, d_k)
+            k = trace.attention.rotated_key.double()                                     # (h_kv, n, d_k)
+            for g in range(c.h_kv):
+                distance[index, g] = hull_separation(k[g])[0]
+                scale[index, g] = k[g].norm(dim=-1).max()
+                centroid_distance[index, g] = distance_to_hull(k[g].mean(0, keepdim=True), k[g])[0][0]
+            scores = q @ k.repeat_interleave(c.h // c.h_kv, 0).transpose(-2, -1)          # (h, n, n)
+            top2 = scores.topk(2, dim=-1)
+            others = torch.where(torch.arange(n) == top2.indices[..., :1],               # max over l ≠ j
+                                 top2.values[..., 1:2], top2.values[..., :1])             # (h, n, n)
+            gap[index] = (scores - others).amax(dim=-2)
+            centroid = q @ k.mean(1).repeat_interleave(c.h // c.h_kv, 0)[..., None]          # (h, n, 1)
+            centroid_gap[index] = (centroid[..., 0] - top2.values[..., 0]).amax(dim=-1)
+            x = trace.output
+    generator = torch.Generator().manual_seed(seed)
+    random = torch.stack([hull_separation(torch.randn(n, c.d_k, generator=generator, dtype=torch.float64))[0]
+                          for _ in range(HULL_RANDOM_DRAWS)])
+    return {"hull_distance": distance, "hull_key_scale": scale, "hull_top_gap": gap,
+            "hull_centroid_distance": centroid_distance, "hull_centroid_gap": centroid_gap,
+            "hull_random_distance": random}
 
 
 # --- storing -------------------------------------------------------------------------------------
