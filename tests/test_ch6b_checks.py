@@ -1,5 +1,5 @@
-"""Chapter 6b's checks can fail: for every recheck on SmolLM2 (H2, H8, H7, C3, C6, D1, D2, A1,
-A2, L4), a plausible bug — in the notebook's own code, in an attnref function it calls, or in the
+"""Chapter 6b's checks can fail: for every recheck on SmolLM2 (H2, H8, H7, C9, C3, C6, D1, D2,
+A1, A2, L4), a plausible bug — in the notebook's own code, in an attnref function it calls, or in the
 stored measurements it reads (a measurement bug, or a NaN) — moves the recheck's verdict away
 from the expected one, and the check that catches it is named.
 
@@ -28,7 +28,7 @@ from attnref.book import claims
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "06b-trained-decoder.ipynb"
 MODEL = "SmolLM2-135M-Instruct"
-IDS = ["H2", "H8", "H7", "C3", "C6", "D1", "D2", "A1", "A2", "L4"]
+IDS = ["H2", "H8", "H7", "C9", "C3", "C6", "D1", "D2", "A1", "A2", "L4"]
 ANCHOR = re.compile(r"^\(smollm-(\w+)\)=$", re.M)
 DEPENDS = {"L4": ["A2"]}            # L4's recheck reads the pair statistics A2's section computes
 
@@ -107,6 +107,7 @@ NAN_SITES = {                 # (array, index) into the stored measurements, one
     "H2": ("family_sigma", (4, 2, 0, 63)),
     "H8": ("family_change", (7, 1, 1)),
     "H7": ("long_text_sigma", (3, 5, 70)),
+    "C9": ("hull_distance", (5, 1, 40)),
     "C3": ("within_post", (5, 10, 3)),
     "C6": ("ln_norm_sq", (9, 12)),
     "D1": ("pure_spread_sq", (2, 30)),
@@ -169,6 +170,29 @@ def test_h7_singular_value_index_off_by_one_is_caught():
     # Bug: σ_{d_k} taken for σ_{d_k + 1} (0-based index confusion).
     assert_caught("H7", *run("H7", ("long_sigma[..., d_k:]", "long_sigma[..., d_k - 1:]")),
                   "logit matrices")
+
+
+def test_c9_a_hull_test_that_calls_vertices_interior_is_caught():
+    # Bug: the hull test reports distance 0 for every key of block 5 (e.g. the key compared with
+    # itself): keys that the text's queries do select are counted unselectable.
+    def inside(arrays):
+        arrays["hull_distance"][4] = 0.0
+    assert_caught("C9", *run("C9", patch_data=inside), "largest margin above every other key")
+
+
+def test_c9_a_hull_test_that_misses_interior_keys_is_caught():
+    # Bug: the hull test never finds a point inside (the count would be 0 whatever the keys): the
+    # control, each head's mean key, is reported away from the hull.
+    def outside(arrays):
+        arrays["hull_centroid_distance"] = 0.3 * arrays["hull_key_scale"]
+    assert_caught("C9", *run("C9", patch_data=outside), "mean key to the hull")
+
+
+def test_c9_a_vertex_within_round_off_of_the_hull_is_caught():
+    # A key 10⁻⁸ × the key scale from the others' hull: counted neither way, the check says so.
+    def near(arrays):
+        arrays["hull_distance"][7, 2, 11] = 1e-8 * arrays["hull_key_scale"][7, 2]
+    assert_caught("C9", *run("C9", patch_data=near), "between 10⁻⁹ and 10⁻⁶")
 
 
 def test_c3_variance_of_the_scaled_logits_is_caught():

@@ -276,6 +276,7 @@ RECHECKS: dict[tuple[str, str], str] = {
     ("A1", "SmolLM2-135M-Instruct"): HOLDS,
     ("A2", "SmolLM2-135M-Instruct"): HOLDS,
     ("L4", "SmolLM2-135M-Instruct"): PREMISE_FAILS,
+    ("C9", "SmolLM2-135M-Instruct"): HOLDS,
 }
 
 
