@@ -75,6 +75,7 @@ A2_CELLS = ["cos_blocks, cos2_blocks, collinear", 'a2 = claims.Evidence("A2")', 
 C3_CELLS = ['c3 = claims.Evidence("C3"', "c3.verdict("]
 C6_CELLS = ['c6 = claims.Evidence("C6"', "c6.verdict("]
 C2_CELLS = ['c2 = claims.Evidence("C2"', "kl = {key:", "c2.verdict("]
+C9_CELLS = ['c9 = claims.Evidence("C9"', "c9.verdict("]
 
 
 def test_unmodified_cells_give_the_expected_verdicts(shell) -> None:
@@ -83,6 +84,7 @@ def test_unmodified_cells_give_the_expected_verdicts(shell) -> None:
     assert _verdict(sh, sources, A2_CELLS, "L4", MODEL) == claims.PREMISE_FAILS
     assert _verdict(sh, sources, C3_CELLS, "C3", MODEL) == claims.PREMISE_FAILS
     assert _verdict(sh, sources, C6_CELLS, "C6", MODEL) == claims.PREMISE_FAILS
+    assert _verdict(sh, sources, C9_CELLS, "C9", MODEL) == claims.HOLDS
 
 
 def test_nan_in_a_value_norm_moves_a1(shell) -> None:
@@ -147,3 +149,25 @@ def test_a_scattered_refit_moves_c2(monkeypatch, shell) -> None:
     monkeypatch.setattr(trained, "refitted_kl_replicates",
                         lambda *a: original(*a) * torch.linspace(0.5, 4.0, a[0].shape[0]))
     assert _verdict(sh, sources, C2_CELLS, "C2", MODEL) == claims.NOT_ESTABLISHED
+
+
+def test_a_hull_test_that_finds_every_key_inside_moves_c9(monkeypatch, shell) -> None:
+    """distance_to_hull returning 0 (a key compared with a hull that contains it): the key its own
+    query misses is counted unselectable, and the selectable-keys check catches it."""
+    sh, sources = shell
+    from attnref.analysis import hull
+    original = hull.distance_to_hull
+    monkeypatch.setattr(hull, "distance_to_hull", lambda p, v, *a: (original(p, v, *a)[0] * 0, original(p, v, *a)[1]))
+    assert _verdict(sh, sources, C9_CELLS, "C9", MODEL) == claims.NOT_ESTABLISHED
+    failing = [c.name for c in claims._computed[("C9", MODEL)].checks if not c.passed]
+    assert any("shown selectable" in name for name in failing), failing
+
+
+def test_keys_on_a_lower_dimensional_subspace_move_c9(shell) -> None:
+    """A sentence whose keys lose a direction in one head (a key in the affine hull of the others)."""
+    sh, sources = shell
+    sh.run_cell("_saved = centred_sigma.clone(); centred_sigma[0, 5, lengths[0] - 2] = 0.0")
+    try:
+        assert _verdict(sh, sources, C9_CELLS, "C9", MODEL) == claims.NOT_ESTABLISHED
+    finally:
+        sh.run_cell("centred_sigma = _saved")

@@ -266,6 +266,7 @@ RECHECKS: dict[tuple[str, str], str] = {
     ("C6", "all-MiniLM-L6-v2"): PREMISE_FAILS,
     ("C2", "all-MiniLM-L6-v2"): CONDITIONS,
     ("L4", "all-MiniLM-L6-v2"): PREMISE_FAILS,
+    ("C9", "all-MiniLM-L6-v2"): HOLDS,
     ("H2", "SmolLM2-135M-Instruct"): HOLDS,
     ("H8", "SmolLM2-135M-Instruct"): HOLDS,
     ("H7", "SmolLM2-135M-Instruct"): HOLDS,
