@@ -177,7 +177,7 @@ def test_c9_a_hull_test_that_calls_vertices_interior_is_caught():
     # itself): keys that the text's queries do select are counted unselectable.
     def inside(arrays):
         arrays["hull_distance"][4] = 0.0
-    assert_caught("C9", *run("C9", patch_data=inside), "largest margin above every other key")
+    assert_caught("C9", *run("C9", patch_data=inside), "keys in the hull of the others that some query")
 
 
 def test_c9_a_hull_test_that_misses_interior_keys_is_caught():
