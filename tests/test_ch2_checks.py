@@ -59,12 +59,14 @@ def _layer_norm(x, params=None, *, eps_outside=False, bessel=False):
     return out + params.bias if params.bias is not None else out
 
 
-def test_the_notebook_as_it_is_gives_the_expected_verdicts_for_l2_l5_l6():
-    # The same runner without a bug: the catalogue's verdicts and every voting check passing.
-    for claim_id in ("L2", "L5", "L6"):
-        verdict, checks = run_section(claim_id)
-        assert verdict == claims.CLAIMS[claim_id].expected, claim_id
-        assert [c.name for c in checks if not c.passed and c.bears_on != claims.DEMONSTRATION] == []
+@pytest.mark.parametrize("claim_id", CLAIM_IDS)
+def test_the_notebook_as_it_is_gives_the_expected_verdict(claim_id):
+    # The same runner without a bug: the catalogue's verdict and every voting check passing (so a
+    # bug test below cannot pass on a section that already fails in this process). L3 runs its
+    # ReLU half only, as its bug tests do (the 30-digit GELU run is slow).
+    verdict, checks = run_section(claim_id, RELU_ONLY if claim_id == "L3" else None)
+    assert verdict == claims.CLAIMS[claim_id].expected, claim_id
+    assert [c.name for c in checks if not c.passed and c.bears_on != claims.DEMONSTRATION] == []
 
 
 # --- L1: the OV circuit -----------------------------------------------------------------------

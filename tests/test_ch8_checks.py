@@ -30,17 +30,14 @@ def run_section(claim_id: str, replace: tuple[str, str] | None = None):
     setup = setup.replace("from myst_nb import glue", "glue = lambda *a, **k: None")
     setup = setup.replace("from IPython.display import Markdown, display",
                           "Markdown = display = lambda *a, **k: None")
+    source = "\n\n".join(found[claim_id])
+    if replace is not None:                       # one mutation, in the set-up or in the section
+        original, mutant = replace
+        hits = setup.count(original) + source.count(original)
+        assert hits == 1, f"{claim_id}: the text to mutate is in the notebook {hits} times, not once: {original!r}"
+        setup, source = setup.replace(original, mutant), source.replace(original, mutant)
     ns: dict = {}
     exec(compile(setup, "<setup>", "exec"), ns)
-    source = "\n\n".join(found[claim_id])
-    if replace is not None:
-        original, mutant = replace
-        text = setup if original in setup and original not in source else source
-        assert original in text, f"{claim_id}: the text to mutate is no longer in the notebook: {original!r}"
-        if text is setup:
-            exec(compile(setup.replace(original, mutant), "<setup mutant>", "exec"), ns)
-        else:
-            source = source.replace(original, mutant)
     exec(compile(source, f"<{claim_id}>", "exec"), ns)
     evidence = ns[claim_id.lower()]
     return claims.decide(evidence.checks), evidence.checks
@@ -63,7 +60,7 @@ MUTATIONS = {
     "E3": (('chance = 1 / data["E3"]["task"]["values"]', 'chance = 1 / data["E3"]["task"]["keys"]'),
            "per-token MLP accuracy − chance (1/16), n = 8: 95 % t upper end"),
     # E4: the learned-temperature comparison reads the fixed-scale runs (a variant-name slip)
-    "E4": (('compare("E4", "cosine_learned", "dot"', 'compare("E4", "cosine", "dot"'),
+    "E4": (('e4_qk = {n: compare("E4", "cosine_learned", "dot"', 'e4_qk = {n: compare("E4", "cosine", "dot"'),
            "smallest cosine (learned β) − dot over n ∈ {4, 16, 32}: 95 % t lower end"),
     # E5: the smallest difference that counts in the wrong unit (0.3 points instead of 3)
     "E5": (("DELTA, LEVEL = 0.03, 0.95", "DELTA, LEVEL = 0.003, 0.95"),
@@ -99,8 +96,9 @@ def test_a_verdict_that_the_cpu_kernels_would_change_is_not_established():
 @pytest.mark.parametrize("claim_id", [f"E{i}" for i in range(1, 6)])
 def test_a_nan_accuracy_cannot_pass(claim_id):
     # one stored accuracy read as NaN (a diverged or corrupted run): the verdict moves
-    replace = ("import math\n", "import math\n_accuracies = results.accuracies\n"
-               "results.accuracies = lambda *a, **k: [float('nan')] + _accuracies(*a, **k)[1:]\n")
+    loading = 'data = {e: results.load(e) for e in ("E1", "E2", "E3", "E4", "E5")}'
+    replace = (loading, "_accuracies = results.accuracies\n"
+               "results.accuracies = lambda *a, **k: [float('nan')] + _accuracies(*a, **k)[1:]\n" + loading)
     from attnref.training import results as _results
     original = _results.accuracies
     try:
