@@ -11,9 +11,17 @@ what it bears on — and :meth:`Evidence.verdict` applies one rule to all of the
   every check restricted to the named **conditions** passes → *holds under conditions*; the
   conditions are the names of those checks' conditions, never a string typed beside the verdict;
 * a counterexample holds and no condition is named → *does not hold*;
+* a recheck on a trained model whose **premise** is measured not to hold there (every
+  ``premise_fails`` check passes) → *premise fails here*: the claim is not tested in that model;
 * anything else (a failing check of the claim or of a condition, a recorded counterexample check
   that fails, a counterexample beside a claim that passed as stated, no evidence) → *not
   established*, which ``make test`` fails on.
+
+Two roles do not vote: a **supporting** check (a parity with torch, an identity the other checks
+rely on) must pass — if it fails the evidence is *not established* — but never proves or refutes
+the claim; a **demonstration** is shown beside the evidence and ignored by the rule. Every check
+may say in one line what it rules out (``fails_if``), and how a re-run on another CPU must agree
+with its stored value (``agree``); a NaN or ±inf never passes.
 
 So every recorded check can move a verdict: a notebook records as a counterexample only what
 it shows to hold, and one counterexample check that breaks turns *does not hold* into *not
@@ -82,7 +90,7 @@ BEARINGS = (STATED, CONDITION, COUNTEREXAMPLE, PREMISE, SUPPORTING, DEMONSTRATIO
 # normal-theory t): its level is nominal, shown as such, and not summed with the guaranteed ones.
 GUARANTEED_BOUNDS = ("exact", "Hoeffding", "Bernstein", "empirical Bernstein", "DKW", "median of means",
                      "Chebyshev", "Clopper–Pearson", "permutation (exact)")
-NOMINAL_BOUNDS = ("CLT (asymptotic)", "bootstrap (asymptotic)", "t (asymptotic)", "t (normal theory)")
+NOMINAL_BOUNDS = ("CLT (asymptotic)", "bootstrap (asymptotic)", "t (normal theory)")
 BOUNDS = GUARANTEED_BOUNDS + NOMINAL_BOUNDS
 MAX_FAILURE_PROBABILITY = 1e-6
 RECHECK_MAX_FAILURE_PROBABILITY = 0.05

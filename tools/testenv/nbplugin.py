@@ -77,14 +77,9 @@ def _portable_compare_outputs(self, test, ref, skip_compare=None):
     return not problems
 
 
-def _use_portable_comparison() -> None:
-    from nbval.plugin import IPyNbCell
-    IPyNbCell.compare_outputs = _portable_compare_outputs
-
-
 def pytest_configure(config):
-    if config.pluginmanager.hasplugin("nbval") or importlib.util.find_spec("nbval") is not None:
-        _use_portable_comparison()
+    from nbval.plugin import IPyNbCell      # nbval is in the lock; this plugin only serves it
+    IPyNbCell.compare_outputs = _portable_compare_outputs
 
 
 def pytest_addoption(parser):
