@@ -73,9 +73,26 @@ def run_section(notebook: str, claim_ids: list[str], claim_id: str,
     return claims.decide(evidence.checks), evidence.checks
 
 
-def assert_caught(claim_id: str, verdict: str, checks, expected_failure: str) -> None:
-    """The mutant moved the verdict, and a failing check's name contains ``expected_failure``."""
-    assert verdict != claims.CLAIMS[claim_id].expected, f"{claim_id}: the mutant kept the verdict {verdict!r}"
+def assert_caught(claim_id: str, verdict: str, checks, expected_failure: str, model: str | None = None) -> None:
+    """The mutant moved the verdict (of the claim, or of its recheck on ``model``), and a failing
+    check's name contains ``expected_failure``."""
+    expected = claims.expected_verdict(claim_id, model)
+    assert verdict != expected, f"{claim_id}: the mutant kept the verdict {verdict!r}"
     failing = [c.name for c in checks if not c.passed]
     assert any(expected_failure in name for name in failing), (
         f"{claim_id}: expected a failing check containing {expected_failure!r}, failing: {failing}")
+
+
+def with_nan(function, field: str | None = None, when=lambda *args, **kwargs: True):
+    """``function`` whose output gets a NaN in its first entry whenever ``when(*args, **kwargs)``
+    holds: the tensor it returns, or the ``field`` of the named tuple it returns (an
+    AttentionResult's ``"output"`` or ``"weights"``; the other fields are kept). The chapter
+    tests inject it to show that a NaN never passes a check."""
+    def mutant(*args, **kwargs):
+        out = function(*args, **kwargs)
+        if not when(*args, **kwargs):
+            return out
+        target = (out if field is None else getattr(out, field)).clone()
+        target.view(-1)[0] = float("nan")
+        return target if field is None else out._replace(**{field: target})
+    return mutant

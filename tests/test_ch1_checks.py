@@ -221,17 +221,6 @@ def test_q7_catches_a_leaky_relu_slope_that_ignores_its_argument(monkeypatch):
 # NaN never passes
 # ------------------------------------------------------------------------------------------
 
-def _with_nan(real, field: str | None = None):
-    """``real`` with its first returned entry (of ``field`` for an AttentionResult) set to NaN."""
-    def mutant(*args, **kwargs):
-        out = real(*args, **kwargs)
-        target = out if field is None else getattr(out, field)
-        target = target.clone()
-        target.view(-1)[0] = math.nan
-        return target if field is None else out._replace(**{field: target})
-    return mutant
-
-
 NAN_SITES = {
     # claim: (module, function, field of an AttentionResult, a check that must fail)
     "Q1": (attnref, "luong_general_scores", None, "max |attnref − torch| of the scores"),
@@ -248,7 +237,7 @@ NAN_SITES = {
 @pytest.mark.parametrize("claim_id", CLAIM_IDS)
 def test_a_nan_from_attnref_moves_the_verdict(claim_id, monkeypatch):
     module, name, field, catcher = NAN_SITES[claim_id]
-    monkeypatch.setattr(module, name, _with_nan(getattr(module, name), field))
+    monkeypatch.setattr(module, name, notebook_sections.with_nan(getattr(module, name), field))
     verdict, checks = run_section(claim_id)
     assert_caught(claim_id, verdict, checks, catcher)
 
@@ -256,7 +245,7 @@ def test_a_nan_from_attnref_moves_the_verdict(claim_id, monkeypatch):
 def test_q7_nan_weights_fail_the_gap_checks_too(monkeypatch):
     # The issue's symptom: two Q7 checks passed on NaN weights (Python max dropped the NaN).
     monkeypatch.setattr(attnref, "attention_from_scores",
-                        _with_nan(attnref.attention_from_scores, "weights"))
+                        notebook_sections.with_nan(attnref.attention_from_scores, "weights"))
     verdict, checks = run_section("Q7")
     assert {"(1) without LeakyReLU: largest gap of renormalised weights of two nodes",
             "(2) GAT: largest gap of renormalised weights (the node term matters)"} <= set(failing(checks))

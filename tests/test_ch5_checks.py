@@ -276,25 +276,9 @@ def test_h8_catches_a_rotation_matrix_turning_the_other_way(monkeypatch):
 # finite value, where Python's max(accumulator, nan) returns the accumulator: these mutants
 # passed the checks before the accumulations were taken with torch.
 
-def with_nan(function, when=lambda *args, **kwargs: True):
-    """``function`` whose tensor output gets a NaN in its first entry whenever ``when`` holds."""
-    def mutant(*args, **kwargs):
-        out = function(*args, **kwargs)
-        if not when(*args, **kwargs):
-            return out
-        if isinstance(out, torch.Tensor):
-            out = out.clone()
-            out.view(-1)[0] = float("nan")
-            return out
-        output = out.output.clone()                           # an AttentionResult
-        output.view(-1)[0] = float("nan")
-        return type(out)(output, out.weights)
-    return mutant
-
-
 def test_h1_a_softmax_that_overflows_to_nan_never_passes(monkeypatch):
     import attnref
-    monkeypatch.setattr(attnref, "softmax", with_nan(attnref.softmax))
+    monkeypatch.setattr(attnref, "softmax", notebook_sections.with_nan(attnref.softmax))
     verdict, checks = run_section("H1")
     assert_caught("H1", verdict, checks, "vs torch's per-head weights")
     assert "NaN" in [c.measured for c in checks if not c.passed]
@@ -308,14 +292,16 @@ def test_h1_nan_scores_of_the_last_head_never_pass(monkeypatch):
         calls.append(1)
         return len(calls) == 4                                # h = 4 heads: the last one
 
-    monkeypatch.setattr(attnref, "luong_dot_scores", with_nan(attnref.luong_dot_scores, last_head))
+    monkeypatch.setattr(attnref, "luong_dot_scores",
+                        notebook_sections.with_nan(attnref.luong_dot_scores, when=last_head))
     verdict, checks = run_section("H1")
     assert_caught("H1", verdict, checks, "factored vs fused scores")
 
 
 def test_h5_a_nan_packed_output_never_passes(monkeypatch):
     import attnref
-    monkeypatch.setattr(attnref, "multi_head_attention_packed", with_nan(attnref.multi_head_attention_packed))
+    monkeypatch.setattr(attnref, "multi_head_attention_packed",
+                        notebook_sections.with_nan(attnref.multi_head_attention_packed, "output"))
     verdict, checks = run_section("H5")
     assert_caught("H5", verdict, checks, "per head vs packed")
 
@@ -332,6 +318,7 @@ def test_h7_a_nan_distance_for_the_last_width_never_passes(monkeypatch):
 
 
 def test_h8_a_nan_rotation_for_the_last_width_never_passes(monkeypatch):
-    monkeypatch.setattr(rope, "rotate", with_nan(rope.rotate, lambda x, *a, **k: x.shape[-1] == 64))
+    monkeypatch.setattr(rope, "rotate", notebook_sections.with_nan(
+        rope.rotate, when=lambda x, *a, **k: x.shape[-1] == 64))
     verdict, checks = run_section("H8")
     assert_caught("H8", verdict, checks, "apply_rotary_pos_emb, same tables")
