@@ -298,13 +298,15 @@ def _row_norms(x: Tensor) -> Tensor:
     r"""Euclidean norms of the rows, ``(..., rows, 1)``, without overflow or underflow.
 
     ``‖x‖`` squares the entries: beyond about 1e154 (float64) the squares overflow and below
-    1e-154 they underflow. Rows whose plain norm is inf or below :math:`\sqrt{\text{tiny}}/\varepsilon`
+    1e-154 they underflow. Rows whose plain norm is inf or below :math:`\sqrt{\text{tiny}/\varepsilon}`
     are recomputed as :math:`s\,\lVert x/s\rVert` with :math:`s = \max_a |x_a|` (entries in
     ``[-1, 1]``); every other row keeps the plain norm bit for bit.
     """
     norms = x.norm(dim=-1, keepdim=True)                       # (..., rows, 1)
     info = torch.finfo(x.dtype)
-    suspect = ~torch.isfinite(norms) | (norms < math.sqrt(info.tiny) / info.eps)
+    # below sqrt(tiny/eps) subnormal squares could cost more than round-off; above it the plain
+    # norm is as accurate as the rescaled one, and kept bit for bit
+    suspect = ~torch.isfinite(norms) | (norms < math.sqrt(info.tiny / info.eps))
     if not check.any_true(suspect):
         return norms
     spread = x.abs().amax(dim=-1, keepdim=True)                 # s: (..., rows, 1)

@@ -238,3 +238,13 @@ def test_fused_bilinear_by_loop(gen):
         assert (fused - loop).abs().max() < PARITY_ATOL
         x, y = randn(gen, 6), randn(gen, 6)   # the score of the head without biases: (x W_Q)·(y W_K)
         assert abs(float(x @ fused @ y) - float((x @ w_q) @ (y @ w_k))) < PARITY_ATOL
+
+
+def test_row_norms_keep_the_plain_norm_bit_for_bit_where_it_is_accurate():
+    # Only rows whose plain norm overflows or falls below sqrt(tiny / eps) are rescaled: a float32
+    # row of norm about 1e-13 (squares still normal numbers) keeps x.norm() exactly.
+    from attnref.attention import _row_norms
+    g = torch.Generator().manual_seed(0)
+    for dtype, scale in ((torch.float32, 1e-13), (torch.float64, 1e-140)):
+        x = torch.randn(64, 32, generator=g, dtype=torch.float64).to(dtype) * scale
+        assert torch.equal(_row_norms(x), x.norm(dim=-1, keepdim=True)), dtype

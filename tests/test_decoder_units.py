@@ -97,3 +97,14 @@ def test_decoder_block_is_its_parts():
         module.weight.copy_(layer.ffn_norm)
     z = y + decoder.swiglu(module(y), layer.w_gate, layer.w_up, layer.w_down)
     assert torch.allclose(block.output, z, atol=1e-12)
+
+
+def test_swiglu_refuses_an_output_that_overflows_to_inf_and_a_w_down_of_the_wrong_width():
+    import pytest
+    from attnref.decoder import swiglu
+    x = torch.full((1, 2, 4), 200.0, dtype=torch.float16)
+    w = torch.full((4, 8), 30.0, dtype=torch.float16)
+    with pytest.raises(ValueError, match="overflows"):          # +inf, not NaN: it used to pass
+        swiglu(x, w, w, torch.full((8, 4), 30.0, dtype=torch.float16))
+    with pytest.raises(ValueError, match=r"w_down must have shape \(8, 4\)"):
+        swiglu(x.double(), w.double(), w.double(), torch.ones(8, 1, dtype=torch.float64))
