@@ -28,16 +28,25 @@ settings.load_profile("book")
 PARITY_ATOL = 1e-12
 
 
-@pytest.fixture(autouse=True)
-def default_dtype_restored():
-    """Every test starts with the default dtype the previous one found: a test that runs a
-    notebook's set-up cell (``torch.set_default_dtype(torch.float64)``) must not change the
-    tests that an xdist worker runs after it. (torch is imported here, in the workers, only.)"""
+@pytest.fixture(scope="session")
+def session_default_dtype():
+    """torch's default dtype when the session started (torch is imported here, in the workers)."""
     import torch
 
-    previous = torch.get_default_dtype()
+    return torch.get_default_dtype()
+
+
+@pytest.fixture(autouse=True)
+def default_dtype_restored(session_default_dtype):
+    """After every test torch's default dtype is the session's again: a test or a module fixture
+    that runs a notebook's set-up cell (``torch.set_default_dtype(torch.float64)``) must not change
+    the tests that an xdist worker runs after it. (Restoring "what the test found" was not enough:
+    a module-scoped fixture runs before the first test's function fixtures, and its float64 was
+    then kept.)"""
+    import torch
+
     yield
-    torch.set_default_dtype(previous)
+    torch.set_default_dtype(session_default_dtype)
 
 
 @pytest.fixture(autouse=True)

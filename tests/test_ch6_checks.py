@@ -52,6 +52,8 @@ def shell():
 
 
 def _verdict(sh, sources, markers, claim_id, model=None, setup: str = "") -> str:
+    import torch
+    torch.set_default_dtype(torch.float64)      # as the notebook's set-up cell does (conftest resets it)
     claims.forget()
     if setup:
         assert sh.run_cell(setup, silent=True).error_in_exec is None
