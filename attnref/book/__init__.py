@@ -1,8 +1,9 @@
 """The book's plumbing, kept apart from the attention math.
 
-``claims``    the claims registry, recorded evidence and the verdicts computed from it
+``registry``  the claims registry: chapters, claims, trained models, expected verdicts (data)
+``claims``    recorded evidence and the verdicts computed from it (re-exports the registry)
 ``seeding``   the one seeded source of randomness (``ATTNREF_SEED``)
 ``plotting``  the book's figure style
 
-``claims`` needs only the standard library: the book build loads it by path without torch.
+``claims`` and ``registry`` need only the standard library: the book build loads them by path without torch.
 """

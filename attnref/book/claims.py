@@ -42,8 +42,9 @@ Use::
     q1.verdict("sympy finds degree 2 and the measured slope is 2.")   # displays the verdict
 
 The verdict output carries machine-readable metadata (``attnref_verdict``) from which the book
-generates the verdict boxes, the claims index and its tests. This module needs only the standard
-library: the book build loads it by path, without torch.
+generates the verdict boxes, the claims index and its tests. The registry it checks against (the
+chapters, claims, models and expected verdicts) is data in :mod:`attnref.book.registry`, re-exported
+here. This module needs only the standard library: the book build loads it by path, without torch.
 """
 
 from __future__ import annotations
@@ -54,16 +55,32 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-HOLDS = "holds"
-CONDITIONS = "holds under conditions"
-FAILS = "does not hold"
-#: A recheck on a trained model whose premise is measured not to hold there (C3's independent
-#: unit-variance components, C6's equal norms): the claim is not tested, the premise is refuted.
-PREMISE_FAILS = "premise fails here"
-NOT_ESTABLISHED = "not established"
-#: The verdicts a claim can be expected to have; NOT_ESTABLISHED is never expected.
-VERDICTS = (HOLDS, CONDITIONS, FAILS, PREMISE_FAILS)
-ALL_VERDICTS = (*VERDICTS, NOT_ESTABLISHED)
+# The registry (verdict names, chapters, claims, models, expected verdicts of the rechecks) is
+# data, kept in ``registry.py``; every name is re-exported here. Loaded by path (the book build,
+# the portable comparison) this module has no package, so it loads its sibling by path too.
+try:
+    from . import registry as _registry
+except ImportError:                      # loaded by path, outside the package
+    import importlib.util as _importlib_util
+    import sys as _sys
+    from pathlib import Path as _Path
+
+    _REGISTRY_NAME = f"{__name__}_registry"
+    if _REGISTRY_NAME in _sys.modules:
+        _registry = _sys.modules[_REGISTRY_NAME]
+    else:
+        _spec = _importlib_util.spec_from_file_location(_REGISTRY_NAME, _Path(__file__).with_name("registry.py"))
+        _registry = _importlib_util.module_from_spec(_spec)
+        _sys.modules[_REGISTRY_NAME] = _registry    # dataclasses look their module up in sys.modules
+        _spec.loader.exec_module(_registry)
+
+HOLDS, CONDITIONS, FAILS = _registry.HOLDS, _registry.CONDITIONS, _registry.FAILS
+PREMISE_FAILS, NOT_ESTABLISHED = _registry.PREMISE_FAILS, _registry.NOT_ESTABLISHED
+VERDICTS, ALL_VERDICTS = _registry.VERDICTS, _registry.ALL_VERDICTS
+Chapter, Claim, Model = _registry.Chapter, _registry.Claim, _registry.Model
+CHAPTERS, CLAIMS, MODELS, RECHECKS = _registry.CHAPTERS, _registry.CLAIMS, _registry.MODELS, _registry.RECHECKS
+claim, expected_verdict = _registry.claim, _registry.expected_verdict
+
 
 # Kinds of check.
 SYMBOLIC = "symbolic"          # a sympy derivation: exact
@@ -156,156 +173,6 @@ def values_agree(spec: str, stored: Any, new: Any) -> bool:
     return abs(a - b) <= rel * scale or scale <= floor
 
 
-@dataclass(frozen=True)
-class Chapter:
-    number: int
-    slug: str
-    title: str           # MyST inline markdown (math allowed)
-    notebook: str        # path of the notebook, relative to the repository root, without suffix
-
-
-@dataclass(frozen=True)
-class Claim:
-    id: str
-    slug: str
-    chapter: int
-    statement: str   # the claim as people make it, in the book's words
-    expected: str    # the verdict the catalogue expects; the notebook's evidence decides
-
-    @property
-    def label(self) -> str:
-        """The claim's label for cross-references (``{prf:ref}`` and ``{ref}`` targets)."""
-        return self.id.lower()
-
-
-CHAPTERS = {
-    1: Chapter(1, "nonlinearity", "Where the nonlinearity lives", "notebooks/01-nonlinearity"),
-    2: Chapter(2, "linear-layers", "Linear layers in a row?", "notebooks/02-linear-layers"),
-    3: Chapter(3, "attention-vs-linear", "Attention versus a linear layer", "notebooks/03-attention-vs-linear"),
-    4: Chapter(4, "cosine-vs-dot", "Cosine versus dot product, and why $\\sqrt{d_k}$", "notebooks/04-cosine-vs-dot"),
-    5: Chapter(5, "multi-head", "Multi-head attention and the low-rank fused W", "notebooks/05-multi-head"),
-    6: Chapter(6, "trained-model", "The claims on trained Transformers", "notebooks/06-trained-model"),
-    7: Chapter(7, "depth", "Depth: what keeps a stack of attention layers alive", "notebooks/07-depth"),
-    8: Chapter(8, "training", "Does it matter in training?", "notebooks/08-training"),
-}
-
-_C = Claim
-CLAIMS: dict[str, Claim] = {c.id: c for c in [
-    # 1 · Where the nonlinearity lives
-    _C("Q1", "quadratic-scores", 1, "With projections without biases, the self-attention scores Q Kᵀ = X W_QK Xᵀ (W_QK = W_Q W_Kᵀ) are a homogeneous quadratic function of the input X (generically: with a non-zero, non-antisymmetric W_QK); biases add linear and constant terms.", HOLDS),
-    _C("Q2", "self-vs-cross", 1, "Self-attention projects one X into Q and K (not Q = K = X), so its scores are generically not symmetric; cross-attention scores are bilinear, linear in each input separately.", HOLDS),
-    _C("Q3", "softmax-nonlinear", 1, "Softmax is nonlinear (neither additive nor homogeneous) yet shift invariant; its Jacobian is diag(p) − p pᵀ of rank n − 1.", HOLDS),
-    _C("Q4", "output-nonlinear", 1, "The attention output is nonlinear in X; even without softmax it is a homogeneous cubic (with projections without biases; biases add terms of lower degree).", HOLDS),
-    _C("Q5", "ffn", 1, "The position-wise FFN is the explicit activation after attention; with ReLU it is piecewise linear, with GELU smooth.", HOLDS),
-    _C("Q6", "additive-attention", 1, "In additive attention the query's term cancels in the softmax to first order, so the tanh is what makes the weights depend on the query.", CONDITIONS),
-    _C("Q7", "gat-static", 1, "GAT's LeakyReLU keeps the query term from cancelling, but every node ranks its neighbours the same way (static attention).", HOLDS),
-    # 2 · Linear layers in a row
-    _C("L1", "linear-collapse", 2, "Two linear maps with nothing between them collapse into one matrix of rank at most the smaller inner width — in every attention layer, W_V^i W_O^i is such a pair.", HOLDS),
-    _C("L2", "layernorm-nonlinear", 2, "Between the attention output projection and the FFN there are only linear layers in a row.", FAILS),
-    _C("L3", "post-ln-block", 2, "A post-LN block is y = LN(x + MHA(x)), z = LN(y + FFN(y)), as in torch's TransformerEncoderLayer.", HOLDS),
-    _C("L4", "random-cosine", 2, "Independent random vectors in d dimensions are nearly orthogonal: E[cos²] = 1/d.", HOLDS),
-    _C("L5", "parameter-free", 2, "Self-attention has no parameters.", CONDITIONS),
-    _C("L6", "no-zero-weights", 2, "Attention weights of dissimilar tokens become zero or negative.", FAILS),
-    # 3 · Attention versus a linear layer
-    _C("M1", "input-dependent-weights", 3, "Attention and a linear layer both output weighted sums, but attention's weights depend on the input.", HOLDS),
-    _C("M2", "position-wise", 3, "A linear layer applied to every token is a kernel-size-1 convolution; a window over tokens is a wider one.", HOLDS),
-    _C("M3", "any-length", 3, "The same attention parameters process sequences of any length; a linear layer over the flattened sequence cannot.", HOLDS),
-    _C("M4", "permutation-equivariance", 3, "Without positional information self-attention is permutation equivariant.", CONDITIONS),
-    _C("M5", "resolution-of-identity", 3, "Pairwise orthogonal word vectors satisfy Σᵢ |φᵢ⟩⟨φᵢ| = I.", CONDITIONS),
-    _C("M6", "braket-attention", 3, "In bra-ket (softmax-free) attention a token unrelated to the others is mapped to itself.", FAILS),
-    _C("M7", "convex-hull", 3, "Softmax attention outputs lie in the convex hull of the value vectors.", HOLDS),
-    # 4 · Cosine versus dot product
-    _C("C1", "cosine-scale-invariance", 4, "Cosine similarity ignores the scale of its arguments: cos(αa, βb) = sign(αβ) cos(a, b).", HOLDS),
-    _C("C2", "cosine-vs-dot-factor", 4, "Cosine attention is dot-product attention with each score divided by the key norm only.", CONDITIONS),
-    _C("C3", "variance-dk", 4, "For q, k with independent zero-mean unit-variance components, q·k has mean 0 and variance d_k.", HOLDS),
-    _C("C4", "scaling-saturation", 4, "Without the 1/√d_k factor softmax saturates as d_k grows: its entropy falls and its typical (median) Jacobian norm vanishes.", HOLDS),
-    _C("C5", "cosine-bounded", 4, "Cosine attention cannot be sharp: with n keys its largest weight is at most e²/(e² + n − 1).", HOLDS),
-    _C("C6", "layernorm-norm", 4, "After LayerNorm all vectors have the same norm, so dot product and cosine agree up to a factor.", CONDITIONS),
-    _C("C7", "magnitude-relevance", 4, "A dot-product score can encode an additive per-key prior b_j (through a constant feature, [q, 1]·[k_j, b_j]); cosine attention with an unbiased query cannot.", HOLDS),
-    _C("C8", "other-scalings", 4, "1/√d_k is the right logit scaling for any queries and keys.", CONDITIONS),
-    _C("C9", "unselectable-keys", 4, "With dot-product scores a key strictly inside the convex hull of the other keys never receives the largest weight, for any query; with cosine scores every key of distinct direction can.", HOLDS),
-    _C("C10", "scalings-in-practice", 4, "The logit scalings used in practice keep the softmax out of saturation differently: T5 folds 1/√d_k into the initialisation (the same function family), Gemma 2 soft-caps logits with c·tanh(s/c), μP divides by d_k.", HOLDS),
-    # 5 · Multi-head attention and the fused W
-    _C("H1", "fused-bilinear", 5, "Per head, (Q W_i^Q)(K W_i^K)ᵀ = Q W_i Kᵀ with one fused matrix W_i = W_i^Q W_i^Kᵀ.", HOLDS),
-    _C("H2", "low-rank", 5, "The fused matrix W_i has rank at most d_k (exactly d_k generically).", HOLDS),
-    _C("H3", "parameter-count", 5, "The factored form stores 2·d·d_k parameters per head instead of d².", HOLDS),
-    _C("H4", "flop-count", 5, "Computing the scores through the fused d × d matrix would be cheaper than through the factors.", FAILS),
-    _C("H5", "fused-projections", 5, "Per-head projections and one packed d × d projection reshaped into heads compute the same thing.", HOLDS),
-    _C("H6", "gauge-freedom", 5, "The factors of W_i are determined only up to an invertible d_k × d_k matrix.", HOLDS),
-    _C("H7", "low-rank-bottleneck", 5, "One head's n × n logit matrix has rank at most d_k and its row-centred log-weights rank at most min(d_k, n − 1), so some attention patterns are out of reach when d_k < n − 1.", HOLDS),
-    _C("H8", "rope-no-single-w", 5, "With rotary positions there is no single fused W per head: the scores use W_Q R_{j−i} W_Kᵀ, depend on positions only through j − i, and the gauge freedom shrinks to matrices commuting with the rotations.", HOLDS),
-    # 6 · The claims on trained Transformers
-    _C("A1", "attention-sinks", 6, "Trained Transformers park much of their attention mass on a few content-free tokens (attention sinks): since softmax weights cannot be zero, a head with nothing to attend to attends to a sink, whose small value vector makes that mass a near no-op.", HOLDS),
-    _C("A2", "anisotropy", 6, "L4's isotropic premise fails for trained representations: token vectors share common directions, so tokens of different sentences have a mean cosine well above 0 and E[cos²] far above 1/d.", HOLDS),
-    # 7 · Depth
-    _C("D1", "rank-collapse", 7, "A stack of self-attention layers drives the tokens to one shared vector (rank collapse), doubly exponentially in depth, with or without skip connections.", CONDITIONS),
-    _C("D2", "pre-ln-identity-path", 7, "The pre-LN block x + F(LN(x)) is the pre-activation ResNet: at initialisation its last layer's gradient shrinks like 1/√L with depth L (post-LN's does not depend on L and is larger), and post-LN's per-layer gradients grow toward the output while pre-LN's do not.", HOLDS),
-    _C("D3", "relu-after-residual", 7, "An activation after the residual sum, ReLU(x + F(x)), removes the identity path: the input–output Jacobian loses directions with depth (x + F(x) keeps full rank), and the tokens drift together faster.", HOLDS),
-    # 8 · Training experiments
-    _C("E1", "activation-after-projections", 8, "A nonlinearity after the Q, K, V projections adds much-needed expressiveness.", FAILS),
-    _C("E2", "activation-after-residual", 8, "An activation after Add & Norm, as in ResNets, would help a Transformer train.", FAILS),
-    _C("E3", "attention-vs-mlp", 8, "Attention brings context and handles any length; a per-token or flattened linear layer cannot.", HOLDS),
-    _C("E4", "cosine-vs-dot", 8, "Cosine scores would work as well as scaled dot products.", CONDITIONS),
-    _C("E5", "fused-vs-factored", 8, "One full d × d matrix per head would train better than the factors W_Q, W_K.", FAILS),
-]}
-
-@dataclass(frozen=True)
-class Model:
-    name: str
-    slug: str          # section targets of its rechecks: (<slug>-<id>)=, e.g. (minilm-c3)=
-    short: str         # column heading in the claims index
-    description: str
-
-
-#: The trained models the claims are rechecked on (chapter 6), by name.
-MODELS = {m.name: m for m in [
-    Model("all-MiniLM-L6-v2", "minilm", "MiniLM encoder",
-          "a post-LN encoder, fine-tuned contrastively (sentence-transformers)"),
-    Model("SmolLM2-135M-Instruct", "smollm", "SmolLM2 decoder",
-          "a pre-norm, causal, rotary decoder with grouped-query attention (4-bit GGUF)"),
-]}
-
-#: The verdict each recheck on a trained model is expected to give: {(claim ID, model): verdict}.
-#: As for the claims, the evidence decides; a difference fails ``make test`` until this table
-#: (and the text) says why.
-RECHECKS: dict[tuple[str, str], str] = {
-    ("H2", "all-MiniLM-L6-v2"): HOLDS,
-    ("C3", "all-MiniLM-L6-v2"): PREMISE_FAILS,
-    ("C6", "all-MiniLM-L6-v2"): PREMISE_FAILS,
-    ("C2", "all-MiniLM-L6-v2"): CONDITIONS,
-    ("L4", "all-MiniLM-L6-v2"): PREMISE_FAILS,
-    ("C9", "all-MiniLM-L6-v2"): HOLDS,
-    ("H2", "SmolLM2-135M-Instruct"): HOLDS,
-    ("H8", "SmolLM2-135M-Instruct"): HOLDS,
-    ("H7", "SmolLM2-135M-Instruct"): HOLDS,
-    ("C3", "SmolLM2-135M-Instruct"): PREMISE_FAILS,
-    ("C6", "SmolLM2-135M-Instruct"): PREMISE_FAILS,
-    ("D1", "SmolLM2-135M-Instruct"): CONDITIONS,
-    ("D2", "SmolLM2-135M-Instruct"): HOLDS,
-    ("A1", "SmolLM2-135M-Instruct"): HOLDS,
-    ("A2", "SmolLM2-135M-Instruct"): HOLDS,
-    ("L4", "SmolLM2-135M-Instruct"): PREMISE_FAILS,
-    ("C9", "SmolLM2-135M-Instruct"): HOLDS,
-}
-
-
-def claim(claim_id: str) -> Claim:
-    """The registry entry of ``claim_id`` (``ValueError`` for an unknown ID)."""
-    if claim_id not in CLAIMS:
-        raise ValueError(f"unknown claim ID {claim_id!r}; known IDs: {', '.join(CLAIMS)}")
-    return CLAIMS[claim_id]
-
-
-def expected_verdict(claim_id: str, model: str | None = None) -> str:
-    """The catalogue's expected verdict for a claim, or for its recheck on ``model``."""
-    if model is None:
-        return claim(claim_id).expected
-    if (claim_id, model) not in RECHECKS:
-        raise ValueError(f"no expected verdict for the recheck of {claim_id} on {model!r}: add it to RECHECKS")
-    return RECHECKS[(claim_id, model)]
-
-
-# ---------------------------------------------------------------------------------------------
 # Checks
 # ---------------------------------------------------------------------------------------------
 
