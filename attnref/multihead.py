@@ -24,56 +24,71 @@ Tensor = torch.Tensor
 
 @dataclass(frozen=True)
 class MultiHeadWeights:
-    """The parameters of one multi-head attention layer, one slice per head."""
+    """The parameters of one multi-head attention layer, one slice per head.
 
-    w_q: Tensor            # (h, d, d_k): W_i^Q for every head i
-    w_k: Tensor            # (h, d_key_in, d_k): W_i^K (d_key_in = d in self-attention)
-    w_v: Tensor            # (h, d_value_in, d_v): W_i^V
-    w_o: Tensor            # (h·d_v, d): W^O, applied to the concatenated heads
-    b_q: Tensor | None = None   # (h, d_k)
-    b_k: Tensor | None = None   # (h, d_k)
-    b_v: Tensor | None = None   # (h, d_v)
-    b_o: Tensor | None = None   # (d,)
+    Every tensor may carry the same leading batch axes ``W`` (e.g. ``(B,)``: ``B`` independent
+    layers, as chapter 7's random draws): ``w_q (*W, h, d, d_k)``, …, ``b_o (*W, d)``. Batched
+    weights are applied to inputs whose batch axes broadcast with ``W`` (draw ``b`` to
+    ``x[..., b, :, :]``); :attr:`batch_shape` is ``W`` (``()`` for one layer).
+    """
+
+    w_q: Tensor            # (*W, h, d, d_k): W_i^Q for every head i
+    w_k: Tensor            # (*W, h, d_key_in, d_k): W_i^K (d_key_in = d in self-attention)
+    w_v: Tensor            # (*W, h, d_value_in, d_v): W_i^V
+    w_o: Tensor            # (*W, h·d_v, d): W^O, applied to the concatenated heads
+    b_q: Tensor | None = None   # (*W, h, d_k)
+    b_k: Tensor | None = None   # (*W, h, d_k)
+    b_v: Tensor | None = None   # (*W, h, d_v)
+    b_o: Tensor | None = None   # (*W, d)
 
     def __post_init__(self) -> None:
-        for name in ("w_q", "w_k", "w_v"):
-            check.floating(name, getattr(self, name), exact_dim=3)
-        check.floating("w_o", self.w_o, exact_dim=2)
-        h, _, d_k = self.w_q.shape
-        d_v = self.w_v.shape[2]
+        check.floating("w_q", self.w_q, min_dim=3)
+        batch = tuple(self.w_q.shape[:-3])
+        for name in ("w_k", "w_v"):
+            check.floating(name, getattr(self, name), exact_dim=len(batch) + 3)
+        check.floating("w_o", self.w_o, exact_dim=len(batch) + 2)
+        h, _, d_k = self.w_q.shape[-3:]
+        d_v = self.w_v.shape[-1]
         expected = {"w_k": (h, None, d_k), "w_v": (h, None, d_v)}
         for name, (heads, _, width) in expected.items():
             tensor = getattr(self, name)
-            if tensor.shape[0] != heads or tensor.shape[2] != width:
-                raise ValueError(f"{name} has shape {check.shape_of(tensor)}, expected ({heads}, ·, {width}) "
-                                 f"to match w_q {check.shape_of(self.w_q)} and w_v {check.shape_of(self.w_v)}")
-        if self.w_o.shape[0] != h * d_v:
-            raise ValueError(f"w_o has shape {check.shape_of(self.w_o)}, expected (h·d_v, d) = ({h * d_v}, ·)")
-        bias_shapes = {"b_q": (h, d_k), "b_k": (h, d_k), "b_v": (h, d_v), "b_o": (self.w_o.shape[1],)}
+            if tuple(tensor.shape[:-3]) != batch or tensor.shape[-3] != heads or tensor.shape[-1] != width:
+                raise ValueError(f"{name} has shape {check.shape_of(tensor)}, expected {batch + (heads,)} + "
+                                 f"(·, {width}) to match w_q {check.shape_of(self.w_q)} and w_v "
+                                 f"{check.shape_of(self.w_v)}")
+        if tuple(self.w_o.shape[:-2]) != batch or self.w_o.shape[-2] != h * d_v:
+            raise ValueError(f"w_o has shape {check.shape_of(self.w_o)}, expected {batch} + (h·d_v, d) = "
+                             f"{batch + (h * d_v,)} + (·,)")
+        bias_shapes = {"b_q": (h, d_k), "b_k": (h, d_k), "b_v": (h, d_v), "b_o": (self.w_o.shape[-1],)}
         for name, shape in bias_shapes.items():
             bias = getattr(self, name)
             if bias is not None:
                 check.floating(name, bias)
-                if tuple(bias.shape) != shape:
-                    raise ValueError(f"{name} has shape {check.shape_of(bias)}, expected {shape}")
+                if tuple(bias.shape) != batch + shape:
+                    raise ValueError(f"{name} has shape {check.shape_of(bias)}, expected {batch + shape}")
         check.same_dtype(**{f.name: getattr(self, f.name) for f in self.__dataclass_fields__.values()})
 
     # --- sizes -----------------------------------------------------------------------------
     @property
+    def batch_shape(self) -> tuple[int, ...]:
+        """The leading batch axes ``W`` (``()`` for one layer)."""
+        return tuple(self.w_q.shape[:-3])
+
+    @property
     def h(self) -> int:
-        return self.w_q.shape[0]
+        return self.w_q.shape[-3]
 
     @property
     def d(self) -> int:
-        return self.w_q.shape[1]
+        return self.w_q.shape[-2]
 
     @property
     def d_k(self) -> int:
-        return self.w_q.shape[2]
+        return self.w_q.shape[-1]
 
     @property
     def d_v(self) -> int:
-        return self.w_v.shape[2]
+        return self.w_v.shape[-1]
 
     @property
     def dtype(self) -> torch.dtype:
@@ -157,13 +172,15 @@ class MultiHeadWeights:
 
     def to_torch(self) -> torch.nn.MultiheadAttention:
         """A ``torch.nn.MultiheadAttention(batch_first=True)`` computing the same function."""
+        if self.batch_shape:
+            raise ValueError(f"to_torch converts one layer; these weights have batch axes {self.batch_shape}")
         if self.d_k != self.d_v or self.d_k * self.h != self.d or self.w_o.shape[1] != self.d:
             raise ValueError(f"torch.nn.MultiheadAttention needs d_k = d_v = d/h; got d = {self.d}, "
                              f"h = {self.h}, d_k = {self.d_k}, d_v = {self.d_v}")
         present = [b is not None for b in (self.b_q, self.b_k, self.b_v, self.b_o)]
         if any(present) and not all(present):
             raise ValueError("torch.nn.MultiheadAttention has either all four biases or none")
-        kdim, vdim = self.w_k.shape[1], self.w_v.shape[1]
+        kdim, vdim = self.w_k.shape[-2], self.w_v.shape[-2]
         module = torch.nn.MultiheadAttention(self.d, self.h, bias=all(present), kdim=kdim, vdim=vdim,
                                              batch_first=True, dtype=self.dtype, device=self.device)
         w_q, w_k, w_v = self.packed_projections()                 # (d_in, h·d_k) each
@@ -182,15 +199,16 @@ class MultiHeadWeights:
         return module
 
     def packed_projections(self) -> tuple[Tensor, Tensor, Tensor]:
-        """The per-head projections side by side: ``(d_in, h·d_k)``, ``(d_in, h·d_k)``, ``(d_in, h·d_v)``."""
+        """The per-head projections side by side: ``(*W, d_in, h·d_k)``, ``(*W, d_in, h·d_k)``, ``(*W, d_in, h·d_v)``."""
         def pack(w: Tensor) -> Tensor:
-            h, d_in, width = w.shape
-            return w.permute(1, 0, 2).reshape(d_in, h * width)   # (h, d_in, w) -> (d_in, h, w) -> (d_in, h·w)
+            h, d_in, width = w.shape[-3:]
+            # (*W, h, d_in, w) -> (*W, d_in, h, w) -> (*W, d_in, h·w)
+            return w.movedim(-3, -2).reshape(*w.shape[:-3], d_in, h * width)
         return pack(self.w_q), pack(self.w_k), pack(self.w_v)
 
     def fused_bilinear(self, head: int) -> Tensor:
-        r"""The fused score matrix of one head, :math:`W_i = W_i^Q W_i^{K\top}` (``d × d_key_in``)."""
-        return self.w_q[head] @ self.w_k[head].T   # (d, d_k) @ (d_k, d_key_in) -> (d, d_key_in)
+        r"""The fused score matrix of one head, :math:`W_i = W_i^Q W_i^{K\top}` (``(*W, d, d_key_in)``)."""
+        return self.w_q[..., head, :, :] @ self.w_k[..., head, :, :].mT   # (d, d_k) @ (d_k, d_key_in)
 
 
 def _inputs(query: Tensor, key: Tensor | None, value: Tensor | None,
@@ -203,11 +221,14 @@ def _inputs(query: Tensor, key: Tensor | None, value: Tensor | None,
     check.floating("key", key, min_dim=2)
     check.floating("value", value, min_dim=2)
     check.same_dtype(query=query, key=key, value=value, w_q=weights.w_q)
-    check.dim_equal("query width must match w_q", "query", query, -1, "w_q", weights.w_q, 1)
-    check.dim_equal("key width must match w_k", "key", key, -1, "w_k", weights.w_k, 1)
-    check.dim_equal("value width must match w_v", "value", value, -1, "w_v", weights.w_v, 1)
+    check.dim_equal("query width must match w_q", "query", query, -1, "w_q", weights.w_q, -2)
+    check.dim_equal("key width must match w_k", "key", key, -1, "w_k", weights.w_k, -2)
+    check.dim_equal("value width must match w_v", "value", value, -1, "w_v", weights.w_v, -2)
     check.dim_equal("key and value must have the same length m", "key", key, -2, "value", value, -2)
     check.batch_compatible(("query", "key", "value"), (query, key, value))
+    if weights.batch_shape and check.broadcast_shapes(tuple(query.shape[:-2]), weights.batch_shape) is None:
+        raise ValueError(f"the batch axes of query {check.shape_of(query)} do not broadcast with the weights' "
+                         f"batch axes {weights.batch_shape} (w_q {check.shape_of(weights.w_q)})")
     return query, key, value
 
 
@@ -265,15 +286,15 @@ def multi_head_attention(query: Tensor, weights: MultiHeadWeights, key: Tensor |
     full_mask, per_head = _mask(x_q, x_k, x_v, weights.h, mask, key_mask, causal)
     heads, head_weights = [], []
     for i in range(weights.h):
-        q_i = x_q @ weights.w_q[i]     # (..., n, d) @ (d, d_k) -> (..., n, d_k)
-        k_i = x_k @ weights.w_k[i]     # (..., m, d) @ (d, d_k) -> (..., m, d_k)
-        v_i = x_v @ weights.w_v[i]     # (..., m, d) @ (d, d_v) -> (..., m, d_v)
+        q_i = x_q @ weights.w_q[..., i, :, :]     # (..., n, d) @ (*W, d, d_k) -> (..., n, d_k)
+        k_i = x_k @ weights.w_k[..., i, :, :]     # (..., m, d) @ (*W, d, d_k) -> (..., m, d_k)
+        v_i = x_v @ weights.w_v[..., i, :, :]     # (..., m, d) @ (*W, d, d_v) -> (..., m, d_v)
         if weights.b_q is not None:
-            q_i = q_i + weights.b_q[i]
+            q_i = q_i + weights.b_q[..., i, None, :]   # (*W, 1, d_k): one bias for every token
         if weights.b_k is not None:
-            k_i = k_i + weights.b_k[i]
+            k_i = k_i + weights.b_k[..., i, None, :]
         if weights.b_v is not None:
-            v_i = v_i + weights.b_v[i]
+            v_i = v_i + weights.b_v[..., i, None, :]
         mask_i = full_mask
         if per_head:                   # the mask of head i: (..., n, m)
             mask_i = full_mask[..., 0 if full_mask.shape[-3] == 1 else i, :, :]
@@ -281,9 +302,9 @@ def multi_head_attention(query: Tensor, weights: MultiHeadWeights, key: Tensor |
         heads.append(head_i.output)            # (..., n, d_v)
         head_weights.append(head_i.weights)    # (..., n, m)
     concatenated = torch.cat(heads, dim=-1)    # (..., n, h·d_v)
-    output = concatenated @ weights.w_o        # (..., n, h·d_v) @ (h·d_v, d) -> (..., n, d)
+    output = concatenated @ weights.w_o        # (..., n, h·d_v) @ (*W, h·d_v, d) -> (..., n, d)
     if weights.b_o is not None:
-        output = output + weights.b_o
+        output = output + weights.b_o[..., None, :]
     return AttentionResult(output, torch.stack(head_weights, dim=-3))   # weights (..., h, n, m)
 
 
@@ -302,9 +323,9 @@ def multi_head_attention_packed(query: Tensor, weights: MultiHeadWeights, key: T
         full_mask = full_mask.unsqueeze(-3)           # (..., 1, n, m): the same mask for every head
     heads = scaled_dot_product_attention(q, k, v, mask=full_mask, causal=causal)
     merged = heads.output.transpose(-3, -2).flatten(-2)   # (..., h, n, d_v) -> (..., n, h·d_v)
-    output = merged @ weights.w_o                         # (..., n, h·d_v) @ (h·d_v, d) -> (..., n, d)
+    output = merged @ weights.w_o                         # (..., n, h·d_v) @ (*W, h·d_v, d) -> (..., n, d)
     if weights.b_o is not None:
-        output = output + weights.b_o
+        output = output + weights.b_o[..., None, :]
     return AttentionResult(output, heads.weights)         # weights (..., h, n, m)
 
 
@@ -327,11 +348,11 @@ def _split_heads(x_q: Tensor, x_k: Tensor, x_v: Tensor, weights: MultiHeadWeight
     k = x_k @ w_k                  # (..., m, d) @ (d, h·d_k) -> (..., m, h·d_k)
     v = x_v @ w_v                  # (..., m, d) @ (d, h·d_v) -> (..., m, h·d_v)
     if weights.b_q is not None:
-        q = q + weights.b_q.reshape(-1)   # b_i^Q of every head, side by side: (h·d_k,)
+        q = q + weights.b_q.flatten(-2)[..., None, :]   # b_i^Q of every head, side by side: (*W, 1, h·d_k)
     if weights.b_k is not None:
-        k = k + weights.b_k.reshape(-1)
+        k = k + weights.b_k.flatten(-2)[..., None, :]
     if weights.b_v is not None:
-        v = v + weights.b_v.reshape(-1)
+        v = v + weights.b_v.flatten(-2)[..., None, :]
     q = q.unflatten(-1, (h, d_k)).transpose(-3, -2)   # (..., n, h, d_k) -> (..., h, n, d_k)
     k = k.unflatten(-1, (h, d_k)).transpose(-3, -2)   # (..., h, m, d_k)
     v = v.unflatten(-1, (h, d_v)).transpose(-3, -2)   # (..., h, m, d_v)
