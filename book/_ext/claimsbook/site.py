@@ -1,0 +1,121 @@
+"""The Sphinx side: placeholders replaced on ``source-read``, the ``{verdict}`` directive, warnings
+for verdicts that cannot be placed, pages re-read on every build, no thebe assets."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from .index import render_headline, render_index
+from .report import REPORT_PATH, load_report, render_report
+from .scan import notebook_paths, scan_book
+from .verdicts import _verdict_directive
+
+#: Where the generated markdown goes: a fenced placeholder block with an optional argument.
+PLACEHOLDER = re.compile(
+    r"^(?P<fence>`{3,})\{(?P<name>claims-index|claims-table|execution-report)\}[ \t]*(?P<arg>[^\n]*)\n"
+    r"(?P=fence)[ \t]*$",
+    re.MULTILINE,
+)
+
+
+def _root(app) -> Path:
+    return Path(app.srcdir)
+
+
+def source_read(app, docname: str, source: list[str]) -> None:
+    text = source[0]
+    if "{claims-" not in text and "{execution-report}" not in text:
+        return
+    from sphinx.util import logging
+    logger = logging.getLogger(__name__)
+    root = _root(app)
+    book = scan_book(root)
+    for path in notebook_paths(root):
+        app.env.note_dependency(str(path))
+
+    def replace(match: re.Match) -> str:
+        name, arg = match["name"], match["arg"].split()
+        if name == "claims-index":
+            return render_index(book)
+        if name == "claims-table":
+            try:
+                return render_headline(book, arg)
+            except ValueError as error:
+                logger.warning(str(error), location=docname)
+                return ""
+        data, why = load_report(root)
+        if why not in (None, "absent"):
+            logger.warning(f"execution report {REPORT_PATH.as_posix()} is {why}", location=docname)
+        return render_report(root, data, why)
+
+    source[0] = PLACEHOLDER.sub(replace, text)
+
+
+def check_verdicts(app) -> None:
+    """Warn (an error under -W) about every verdict output the index cannot place."""
+    from sphinx.util import logging
+    logger = logging.getLogger(__name__)
+    for problem in scan_book(_root(app)).problems():
+        logger.warning(f"claims index: {problem}")
+
+
+def always_reread(app, env, added, changed, removed) -> list[str]:
+    """Pages with generated content are re-read on every build (verdicts live in notebooks)."""
+    generated = []
+    for docname in env.found_docs:
+        path = Path(env.doc2path(docname))
+        if path.suffix == ".md" and path.exists():
+            text = path.read_text(encoding="utf-8")
+            if PLACEHOLDER.search(text):
+                generated.append(docname)
+    return generated
+
+
+THEBE_MARKERS = ("thebe",)
+
+
+def drop_thebe(app, pagename, templatename, context, doctree) -> None:
+    """Remove the thebe assets from every page.
+
+    Jupyter Book always loads ``sphinx_thebe``; the book does not offer live code (the launch
+    buttons open Binder or Colab instead), and its inline configuration script is added twice
+    (a ``SyntaxError`` in the console) and names a CDN. Without it nothing on a page refers to
+    another host.
+    """
+    def keep(asset) -> bool:
+        filename = str(getattr(asset, "filename", "") or "")
+        body = str(getattr(asset, "attributes", {}).get("body", "") or "")
+        return not any(m in filename.lower() or m.upper() in body for m in THEBE_MARKERS)
+
+    for key in ("script_files", "css_files"):
+        if key in context:
+            context[key] = [asset for asset in context[key] if keep(asset)]
+
+
+def drop_thebe_config(app, doctree, docname) -> None:
+    """Remove the ``text/x-thebe-config`` block sphinx-thebe appends to every page."""
+    from docutils import nodes
+    for node in list(doctree.findall(nodes.raw)):
+        if "x-thebe-config" in node.astext() or "kernelName =" in node.astext():
+            node.parent.remove(node)
+
+
+STATIC = Path(__file__).resolve().parents[1] / "static"
+
+
+def add_static_path(app, config) -> None:
+    config.html_static_path.append(str(STATIC))
+
+
+def setup(app) -> dict:
+    app.connect("config-inited", add_static_path)
+    app.add_css_file("claims.css")
+    app.add_css_file("verdict.css")
+    app.add_directive("verdict", _verdict_directive())
+    app.connect("source-read", source_read)
+    app.connect("builder-inited", check_verdicts)
+    app.connect("env-get-outdated", always_reread)
+    app.connect("html-page-context", drop_thebe)
+    app.connect("doctree-resolved", drop_thebe_config, priority=900)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
