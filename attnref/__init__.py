@@ -34,7 +34,7 @@ The attention math is at the top of the package; everything else has its own pla
                      additive, Luong, cosine, parameter-free, linear/bra-ket, GAT, GATv2)
 ``multihead``        multi-head attention per head and packed; conversion from/to torch
 ``layers``           LayerNorm, feed-forward network, the encoder layer's weights, positional encoding
-``blocks``           post-LN, pre-LN and causal decoder-only layers, stacks of layers, and a
+``blocks``           the residual layer and its variants (post-LN, pre-LN, …: one place), stacks, and a
                      trainable ``torch.nn.Module`` built from them
 ``rope``             rotary position embeddings in transformers' Llama convention (coordinate ``p``
                      paired with ``p + d_k/2``); ``R_t`` acts on columns, so a row rotates as
@@ -55,14 +55,41 @@ The attention math is at the top of the package; everything else has its own pla
 ``book/``            the book's plumbing: ``claims`` (registry, evidence, verdicts), ``seeding``
                      (the one seeded source of randomness, ``ATTNREF_SEED``), ``plotting``
 
-One vocabulary
+One call shape
 --------------
-Every attention takes ``query, key, value`` (``x`` where one tensor is all three), the inverse
-temperature is ``beta``, and every attention accepts the same masks — ``mask`` (boolean, True =
-may attend, or additive; per-head masks ``(..., h, n, m)`` in multi-head attention),
-``key_mask`` (``(..., m)``, False = padding) and ``causal`` (a bool) — and returns an
-:class:`AttentionResult` ``(output, weights)``. Weight dataclasses have ``.to(device, dtype)``
-and their constructors take ``dtype``/``device``.
+Every attention function and every layer follows one rule:
+
+* **Positional: the input tensors only**, in the order ``query, key, value``. Functions of one
+  tensor that is query, key and value at once take ``x`` (``parameter_free_self_attention(x)``,
+  layers ``f(x, …)``). Multi-head attention takes ``query, key=None, value=None`` (key and
+  value default to the query: self-attention).
+* **Everything else is keyword-only** (after ``*``): the parameters ``weights=`` (a frozen,
+  validated weights dataclass: ``MultiHeadWeights`` for an attention, the layer's weights type
+  for a layer), the masks ``mask=None, key_mask=None, causal=False`` — with these defaults
+  everywhere, the decoder included — and the settings (``scale``; the inverse temperature is always ``beta``; …).
+
+So ``scaled_dot_product_attention(q, k, v, *, mask=None, key_mask=None, causal=False, scale=None)``
+and ``multi_head_attention(query, key=None, value=None, *, weights, mask=None, key_mask=None,
+causal=False)``. A positional extra (``scaled_dot_product_attention(q, k, v, None, 0.1)``, torch's
+positional ``dropout_p``) is Python's ``TypeError: … takes 3 positional arguments but 5 were
+given``; weights passed where a tensor belongs (``multi_head_attention(x, weights)``) raise a
+``ValueError`` that names the keyword.
+
+Masks mean the same everywhere: ``mask`` is boolean (True = may attend) or additive,
+broadcastable to the scores ``(..., n, m)``; in multi-head attention a mask with one more axis
+is per head, ``(..., h, n, m)``, and a mask whose leading axis could be either the heads or the
+batch raises ``ValueError`` (spell it ``(1, h, n, m)`` or ``(B, 1, n, m)``). ``key_mask`` is
+``(..., m)``, False = padding; ``causal`` is a bool.
+
+One result type
+---------------
+Every attention and every layer returns an :class:`AttentionResult` with named fields:
+``output`` (``(..., n, d_v)``, a layer's ``(..., n, d)``), ``weights`` (the normalised
+attention weights, ``(..., n, m)`` or per head ``(..., h, n, m)``; ``None`` where nothing is
+normalised, as in ``linear_attention``), ``scores`` (the scores before normalisation and masks,
+where a function computes them: ``linear_attention``'s raw ``q_i·k_j``) and ``trace`` (a layer's
+intermediates, ``None`` for a plain attention). Read fields by name. Weight dataclasses are
+frozen, validated, have ``.to(device, dtype)`` and their constructors take ``dtype``/``device``.
 
 Input policy
 ------------
@@ -91,13 +118,11 @@ from attnref.attention import (
     scaled_dot_product_attention,
     softmax,
 )
-from attnref.blocks import StackResult, TrainableLayer, decoder_layer, post_ln_layer, pre_ln_layer, stack_layers
+from attnref.blocks import TrainableLayer, Variant, encoder_layer, post_ln_layer, pre_ln_layer, stack_layers
 from attnref.layers import (
     EncoderLayer,
     FeedForward,
     LayerNormParams,
-    encoder_layer,
-    encoder_layer_with_weights,
     feed_forward,
     layer_norm,
     sinusoidal_positional_encoding,
@@ -117,21 +142,19 @@ from attnref.counts import (
 
 __all__ = [
     "AttentionResult",
-    "StackResult",
     "EncoderLayer",
     "FeedForward",
     "LayerNormParams",
     "MultiHeadWeights",
     "TrainableLayer",
+    "Variant",
     "TransformerConfig",
     "additive_scores",
     "attention_from_scores",
     "attention_parameter_count",
     "cosine_attention",
     "cosine_scores",
-    "decoder_layer",
     "encoder_layer",
-    "encoder_layer_with_weights",
     "encoder_layer_parameter_count",
     "feed_forward",
     "gat_scores",

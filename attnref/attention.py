@@ -19,10 +19,21 @@ Tensor = torch.Tensor
 
 
 class AttentionResult(NamedTuple):
-    """What an attention function returns: the output and the weights that produced it."""
+    """What every attention function and every layer returns; read the fields by name.
 
-    output: Tensor   # (..., n, d_v)
-    weights: Tensor  # (..., n, m); rows sum to 1 for softmax attention
+    * ``output``: ``(..., n, d_v)`` (a layer's ``(..., n, d)``).
+    * ``weights``: the normalised attention weights, ``(..., n, m)`` (per head ``(..., h, n, m)``);
+      every row sums to 1, or is all zero for a fully masked query. ``None`` where nothing is
+      normalised (:func:`linear_attention`).
+    * ``scores``: the scores before normalisation and before any mask, where the function has
+      them to give (:func:`linear_attention`: the raw products ``q_i·k_j``); else ``None``.
+    * ``trace``: a layer's or block's intermediates (its own named tuple); ``None`` for attention.
+    """
+
+    output: Tensor
+    weights: Tensor | None
+    scores: Tensor | None = None
+    trace: object | None = None
 
 
 def softmax(logits: Tensor, dim: int = -1) -> Tensor:

@@ -130,7 +130,7 @@ def test_post_ln_encoder_layer_matches_torch(gen, activation):
     x = randn(gen, 2, 6, 16)
     key_mask = torch.ones(2, 6, dtype=torch.bool)
     key_mask[1, 4:] = False
-    ours = attnref.encoder_layer(x, attnref.EncoderLayer.from_torch(layer), key_mask=key_mask)
+    ours = attnref.encoder_layer(x, weights=attnref.EncoderLayer.from_torch(layer), key_mask=key_mask).output
     expected = layer(x, src_key_padding_mask=~key_mask)
     assert (ours - expected).abs().max() < PARITY_ATOL
 
@@ -168,14 +168,15 @@ def test_per_head_and_packed_forms_agree_with_only_some_biases(gen):
     assert (a.output - b.output).abs().max() < PARITY_ATOL
 
 
-def test_encoder_layer_with_weights_returns_the_attention_weights(gen):
+def test_encoder_layer_returns_the_attention_weights(gen):
     """The weights returned are torch's (per head, not averaged), and ``z`` is torch's output."""
     module = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True, dtype=torch.float64)
     randomise(module, gen)
     x = randn(gen, 2, 5, 8)
     key_mask = torch.ones(2, 5, dtype=torch.bool)
     key_mask[1, 3:] = False
-    z, weights = attnref.encoder_layer_with_weights(x, attnref.EncoderLayer.from_torch(module), key_mask=key_mask)
+    result = attnref.encoder_layer(x, weights=attnref.EncoderLayer.from_torch(module), key_mask=key_mask)
+    z, weights = result.output, result.weights
     _, expected_weights = module.self_attn(x, x, x, key_padding_mask=~key_mask, average_attn_weights=False)
     assert weights.shape == (2, 2, 5, 5)
     assert (weights - expected_weights).abs().max() < PARITY_ATOL
@@ -252,8 +253,8 @@ def test_non_contiguous_inputs(gen):
         lambda x, km: attnref.multi_head_attention(x, weights, key_mask=km).output,
         lambda x, km: attnref.multi_head_attention_packed(x, weights, key_mask=km).output,
         lambda x, km: attnref.layer_norm(x),
-        lambda x, km: attnref.pre_ln_layer(x, layer, key_mask=km).output,
-        lambda x, km: attnref.decoder_layer(x, layer).output,
+        lambda x, km: attnref.pre_ln_layer(x, weights=layer, key_mask=km).output,
+        lambda x, km: attnref.pre_ln_layer(x, weights=layer, causal=True).output,
     ]
     for run in runs:
         assert (run(x, key_mask) - run(dense, key_mask.contiguous())).abs().max() < PARITY_ATOL
@@ -286,8 +287,8 @@ def test_runs_on_cuda_and_agrees_with_the_cpu(gen):
     x = randn(gen, 2, 5, 8)
     key_mask = torch.ones(2, 5, dtype=torch.bool)
     key_mask[1, 3:] = False
-    on_gpu = attnref.decoder_layer(x.cuda(), layer.to("cuda"), key_mask=key_mask.cuda())
-    on_cpu = attnref.decoder_layer(x, layer, key_mask=key_mask)
+    on_gpu = attnref.pre_ln_layer(x.cuda(), weights=layer.to("cuda"), key_mask=key_mask.cuda(), causal=True)
+    on_cpu = attnref.pre_ln_layer(x, weights=layer, key_mask=key_mask, causal=True)
     assert on_gpu.output.device.type == "cuda"
     assert (on_gpu.output.cpu() - on_cpu.output).abs().max() < 1e-10
     weights = MultiHeadWeights.random(8, 2, generator=gen, device="cuda")

@@ -39,7 +39,8 @@ from typing import NamedTuple, Sequence
 import torch
 
 from attnref import _validate as check
-from attnref.layers import EncoderLayer, FeedForward, LayerNormParams, encoder_layer_with_weights, layer_norm
+from attnref.blocks import encoder_layer
+from attnref.layers import EncoderLayer, FeedForward, LayerNormParams, layer_norm
 from attnref.multihead import MultiHeadWeights
 
 Tensor = torch.Tensor
@@ -340,9 +341,10 @@ def encode(model: MiniLM, input_ids: Tensor, key_mask: Tensor | None = None,
         raise ValueError("key_mask has a row with no real token")
     hidden_states, attentions = [x], []
     for layer in model.layers:
-        x, weights = encoder_layer_with_weights(x, layer, key_mask=key_mask)   # H⁽ˡ⁾ (b, n, d), A⁽ˡ⁾ (b, h, n, n)
+        result = encoder_layer(x, weights=layer, key_mask=key_mask)
+        x = result.output                            # H⁽ˡ⁾ (b, n, d)
         hidden_states.append(x)
-        attentions.append(weights)
+        attentions.append(result.weights)            # A⁽ˡ⁾ (b, h, n, n)
     return EncoderOutput(tuple(hidden_states), tuple(attentions), key_mask)
 
 
