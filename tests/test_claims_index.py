@@ -218,6 +218,20 @@ def test_an_unexpected_verdict_is_reported_with_its_failing_checks(tmp_path: Pat
     assert "no check failed" in problems[1]
 
 
+def _index_rows(text: str) -> dict[str, list[str]]:
+    """The claims index's list-table, row by row: first cell (ID) → the row's lines."""
+    body = text.split("``````{list-table}", 1)[1].split("``````", 1)[0]
+    rows: dict[str, list[str]] = {}
+    current = None
+    for line in body.splitlines():
+        if line.startswith("* - "):
+            current = line[4:]
+            rows[current] = []
+        elif current is not None:
+            rows[current].append(line)
+    return rows
+
+
 def test_index_gives_every_claim_its_verdict_and_reason(tmp_path: Path) -> None:
     book = _book(tmp_path, {1: _section("Q1", claims.HOLDS),
                             3: _section("M5", claims.CONDITIONS, condition="an orthonormal basis"),
@@ -226,24 +240,29 @@ def test_index_gives_every_claim_its_verdict_and_reason(tmp_path: Path) -> None:
     assert (f"{len(claims.CLAIMS)} claims: 1 holds, 1 holds under conditions, "
             f"{len(claims.CLAIMS) - 2} not yet verified.") in text
     assert index._counts(book, ["Q1", "Q1", "M5"]) == "3 claims: 2 hold, 1 holds under conditions."
+    assert text.count("``````{list-table}") == 1, "one table for every claim"
+    rows = _index_rows(text)
     for cid in claims.CLAIMS:
-        rows = [line for line in text.splitlines() if line.startswith(f"| {{ref}}`{cid} <claim-") or
-                line.startswith(f"| {{doc}}`{cid} <") or line.startswith(f"| {cid} | ")]
-        assert len(rows) == 1, f"{cid} appears {len(rows)} times in the index"
+        keys = [k for k in rows if k in (f"{{ref}}`{cid} <claim-{cid.lower()}>`", cid) or
+                k.startswith(f"{{doc}}`{cid} <")]
+        assert len(keys) == 1, f"{cid} appears {len(keys)} times in the index"
     # a chapter whose notebook does not exist yet is not linked (no broken reference)
-    assert "Chapter: not written yet." in text and "| L1 | " in text
-    row = next(line for line in text.splitlines() if line.startswith("| {ref}`Q1 <claim-q1>`"))
-    assert "{bdg-success}`holds`" in row and "A reason with $d_k$." in row and "*Deciding:* a symbolic check" in row
-    assert "{bdg-danger}`does not hold` {ref}`why <minilm-q1>`" in row      # the model column, linked
-    row = next(line for line in text.splitlines() if line.startswith("| {ref}`M5 <claim-m5>`"))
-    assert "{bdg-warning}`holds under conditions` — *an orthonormal basis*" in row
-    assert "counterexample: a counterexample" in row
-    row = next(line for line in text.splitlines() if line.startswith("| {doc}`Q2 </notebooks/01-nonlinearity>`"))
-    assert f"`{index.PENDING}`" in row
-    # Every table row has as many unescaped cell separators as its header.
-    for line in text.splitlines():
-        if line.startswith("| "):
-            assert len(re.findall(r"(?<!\\)\|", line)) in (5, 6), line
+    assert "L1" in rows and any("(not written yet)" in " ".join(r) for r in rows.values())
+    header = rows[next(iter(rows))]
+    assert [h.strip() for h in header] == ["- Claim", "- Verdict", "- MiniLM encoder"]     # one column per model
+    q1 = "\n".join(rows["{ref}`Q1 <claim-q1>`"])
+    assert "  - {bdg-success}`holds`" in q1 and "A reason with $d_k$." in q1 and "*Deciding:* a symbolic check" in q1
+    assert "::::{dropdown} Why" in q1 and ":class-container: claim-fold" in q1        # the detail is folded
+    assert "{phone-label}`MiniLM encoder:` {bdg-danger}`does not hold` {ref}`why <minilm-q1>`" in q1
+    assert "*On MiniLM encoder:* A reason with $d_k$." in q1
+    m5 = "\n".join(rows["{ref}`M5 <claim-m5>`"])
+    assert "{bdg-warning}`holds under conditions`" in m5 and "*Conditions:* an orthonormal basis." in m5
+    assert "counterexample: a counterexample" in m5
+    q2 = "\n".join(rows["{doc}`Q2 </notebooks/01-nonlinearity>`"])
+    assert f"`{index.PENDING}`" in q2 and "dropdown" not in q2
+    # every row has one cell per column: ID + claim + verdict + one per model
+    for key, lines in rows.items():
+        assert sum(line.startswith("  - ") for line in lines) == 3, (key, lines)
 
 
 def test_headline_table(tmp_path: Path) -> None:
@@ -261,8 +280,30 @@ def test_verdict_box_shows_badge_reason_conditions_and_every_check(tmp_path: Pat
     assert claim == "*The claim:* " + index.inline(claims.CLAIMS['M5'].statement) and blank == ""
     assert head == ("{bdg-warning}`holds under conditions` **M5.** A reason with $d_k$. "
                     "*Conditions:* a Parseval frame.")
-    assert "| *counterexample:* a counterexample | numerical | 1 | = 1 | ✓ |" in rest
-    assert "| *if a Parseval frame:* an error | parity | 0 | ≤ 10⁻¹² | ✓ |" in rest
+    # folded under "n/n checks ✓", the ✓ column first
+    assert rest[1:3] == [":::::{dropdown} 2/2 checks ✓", ":class-container: evidence-fold"]
+    assert "| Passed | Check | Kind | Measured | Held to |" in rest
+    assert "| ✓ | *counterexample:* a counterexample | numerical | 1 | = 1 |" in rest
+    assert "| ✓ | *if a Parseval frame:* an error | parity | 0 | ≤ 10⁻¹² |" in rest
+
+
+def test_evidence_rows_show_equation_numbers_not_labels() -> None:
+    """``eq-q1-hessian: …`` in a check's name becomes ``{eq}`eq-q1-hessian```, rendered "(6)"; a
+    label that is not a numbered equation of the book, or already in a role, is left alone."""
+    labels = {"eq-q1-hessian", "eq-q1-bias"}
+    assert index.with_equation_numbers("eq-q1-hessian: blocks W_QK", labels) == "{eq}`eq-q1-hessian`: blocks W_QK"
+    assert index.with_equation_numbers("the terms of eq-q1-bias were wrong", labels) == \
+        "the terms of {eq}`eq-q1-bias` were wrong"
+    assert index.with_equation_numbers("eq-q9-unknown and {eq}`eq-q1-bias`", labels) == "eq-q9-unknown and {eq}`eq-q1-bias`"
+    # every label an evidence row names in the committed notebooks is a numbered equation of the book
+    book_labels = {label for s in BOOK.scans for label in s.math_labels}
+    named = {m for v in BOOK.verdicts for c in v.checks
+             for m in re.findall(r"(?<![\w`<-])eq-[a-z0-9]+(?:-[a-z0-9]+)*", " ".join(str(c.get(k) or "") for k in
+                                                                                   ("name", "measured", "held_to", "fails_if")))}
+    assert named, "no evidence row names an equation (the test would prove nothing)"
+    assert named <= book_labels, f"labels in evidence rows that are not numbered equations: {named - book_labels}"
+    box = index.render_verdict_box(BOOK.records("Q1")[0], book_labels)
+    assert "{eq}`eq-q1-hessian`" in box and not re.search(r"(?<![`<])eq-q1-hessian(?!`)", box)
 
 
 def test_execution_report(tmp_path: Path) -> None:

@@ -54,4 +54,5 @@ from claimsbook.scan import (LABEL_OPTION, PENDING, PROOF, PROPOSITION, SLUGS, T
                              scan_notebook)
 from claimsbook.site import (PLACEHOLDER, STATIC, always_reread, check_verdicts, drop_thebe,  # noqa: E402,F401
                              drop_thebe_config, setup, source_read)
-from claimsbook.verdicts import _verdict_directive, _verdicts_of_document, render_verdict_box  # noqa: E402,F401
+from claimsbook.verdicts import (_verdict_directive, _verdicts_of_document, checks_summary,  # noqa: E402,F401
+                                 render_verdict_box, with_equation_numbers)

@@ -3,7 +3,7 @@ headline table of the landing page."""
 
 from __future__ import annotations
 
-from .markup import _badge, _container, _doc, _placed, _ref, _table, escape, inline, plain_title
+from .markup import _badge, _container, _doc, _placed, _ref, _role_text, _table, escape, inline, plain_title
 from .scan import PENDING, Book, VerdictOutput, registry
 
 def _check_text(check: dict) -> str:
@@ -69,39 +69,100 @@ def _claim_row(book: Book, cid: str, models: list[str]) -> list[str]:
     return [link, statement, verdict, _why(record), *(_model_cell(book, cid, m) for m in models)]
 
 
+def _cell_lines(text: str, indent: str = "    ") -> list[str]:
+    """A list-table cell's block content, indented under its ``  - `` item."""
+    return [indent + line if line else "" for line in text.splitlines()]
+
+
+def _fold(book: Book, cid: str, record: VerdictOutput, models: list[str]) -> list[str]:
+    """The deciding detail of one claim, folded: the reason, the conditions, the deciding check,
+    and the reason of each recheck on a trained model."""
+    lines = [inline(record.reason)]
+    if record.conditions:
+        lines += ["", "*Conditions:* " + "; ".join(inline(c) for c in record.conditions) + "."]
+    decided = record.deciding[:1]
+    passed = sum(bool(c.get("passed")) for c in record.checks)
+    detail = f"*Deciding:* {_check_text(decided[0])}. " if decided else ""
+    lines += ["", detail + f"*({passed} of {len(record.checks)} checks passed.)*"]
+    for model in models:
+        found = book.rechecks(cid, model)
+        if len(found) == 1:
+            lines += ["", f"*On {escape(registry.MODELS[model].short)}:* {inline(found[0].reason)}"]
+    return ["::::{dropdown} Why", ":class-container: claim-fold", "", *lines, "::::"]
+
+
+def _compact_row(book: Book, cid: str, models: list[str]) -> list[list[str]]:
+    """One claim as list-table cells (each a list of lines): ID, claim (and its folded detail),
+    verdict, one column per trained model."""
+    claim = registry.CLAIMS[cid]
+    chapter = registry.CHAPTERS[claim.chapter]
+    records = book.records(cid)
+    record = records[0] if len(records) == 1 else None
+    if record is not None and _placed(book, record):
+        link = _ref(cid, record.target)
+    elif book.scan_of(chapter.notebook) is not None:
+        link = _doc(cid, chapter.notebook)
+    else:
+        link = cid
+    statement = [escape(claim.statement)]
+    if record is not None:
+        statement += ["", *_fold(book, cid, record, models)]
+    cells = [[link], statement, [_badge(record.verdict if record else None)]]
+    for model in models:
+        found = book.rechecks(cid, model)
+        if len(found) == 1:
+            v = found[0]
+            badge = _badge(v.verdict)
+            text = f"{badge} {_ref('why', v.target)}" if _placed(book, v) else badge
+            cells.append([f"{{phone-label}}`{_role_text(registry.MODELS[model].short)}:` {text}"])
+        else:
+            cells.append([""])
+    return cells
+
+
 def render_index(book: Book) -> str:
-    """The claims index: every registry ID, chapter by chapter, with the reason for its verdict."""
+    """The claims index: every registry ID in one compact table, chapter by chapter — ID, claim,
+    verdict, one column per trained model — with the reason and the deciding check folded."""
     models = book.models()
     lines = [
-        "Every claim of the book, with its verdict, the reason for it, and the check that decided "
-        "it. Nothing here is typed by hand: the page is generated at build time from the claims "
-        "registry (`attnref.book.claims`) and the evidence the executed notebooks recorded. "
-        + escape(_counts(book, registry.CLAIMS)),
+        escape(_counts(book, registry.CLAIMS)) + " Each row: the claim as people make it, its verdict, "
+        "and its recheck on each trained model; open *Why* for the reason and the deciding check, "
+        "follow the ID to the claim's section and all its evidence.",
         "",
-        "A verdict follows from the recorded checks by one rule: every check of the claim as "
-        "stated passes — *holds*; a counterexample holds and every check under the named "
-        "conditions passes — *holds under conditions*; a counterexample holds and no condition "
-        "rescues the claim — *does not hold*; anything else — *not established*. Each claim's "
-        "section shows all its checks.",
+    ]
+    notes = [
+        "Nothing here is typed by hand: the table is generated at build time from the claims registry "
+        "(`attnref.book.claims`) and the evidence the executed notebooks recorded. A verdict follows "
+        "from the recorded checks by one rule: every check of the claim as stated passes — *holds*; a "
+        "counterexample holds and every check under the named conditions passes — *holds under "
+        "conditions*; a counterexample holds and no condition rescues the claim — *does not hold*; "
+        "anything else — *not established*.",
         "",
     ]
     if models:
-        lines += ["The last column" + ("s recheck" if len(models) > 1 else " rechecks") + " the claim on the "
-                  "weights and activations of a trained model (" +
-                  "; ".join(f"{escape(registry.MODELS[m].short)}: {escape(registry.MODELS[m].description)}"
-                            for m in models) + ").", ""]
-    header = ["ID", "Claim", "Verdict", "Why", *(registry.MODELS[m].short for m in models)]
+        notes += ["The model columns recheck the claim on the weights and activations of a trained model ("
+                  + "; ".join(f"{escape(registry.MODELS[m].short)}: {escape(registry.MODELS[m].description)}"
+                              for m in models) + "); *premise fails here* means the claim's assumption is "
+                  "measured not to hold in that model, so the claim is not tested there.", ""]
+    header = ["ID", "Claim", "Verdict", *(registry.MODELS[m].short for m in models)]
+    rows: list[list[list[str]]] = [[[h] for h in header]]
     for number, chapter in registry.CHAPTERS.items():
         ids = [cid for cid, c in registry.CLAIMS.items() if c.chapter == number]
-        if ids:
-            written = book.scan_of(chapter.notebook) is not None
-            link = _doc(plain_title(chapter.title), chapter.notebook) if written else "not written yet"
-            lines += [f"## {number} · {chapter.title}", "", f"Chapter: {link}. {escape(_counts(book, ids))}", ""]
-            rows = [_claim_row(book, cid, models) for cid in ids]
-            table = _table(header, rows, ["l", "l", "l", "l", *("l" for _ in models)])
-            lines += _container(table, "claims-table claims-index") + [""]
-        if number == RECHECK_CHAPTER:            # in its place in the book, not after chapter 8
-            lines += render_rechecks(book, heading=not ids)
+        if not ids:
+            continue
+        written = book.scan_of(chapter.notebook) is not None
+        title = _doc(f"{number} · {plain_title(chapter.title)}", chapter.notebook) if written \
+            else f"{number} · {escape(plain_title(chapter.title))} (not written yet)"
+        rows.append([[f"{{phone-label}}`Chapter`"], [f"**{title}** — {escape(_counts(book, ids))}"],
+                     [""], *([""] for _ in models)])
+        rows += [_compact_row(book, cid, models) for cid in ids]
+    lines += ["``````{list-table}", ":header-rows: 1", ":class: claims-compact", ""]
+    for row in rows:
+        for i, cell in enumerate(row):
+            first, *rest = cell or [""]
+            lines.append(("* - " if i == 0 else "  - ") + first)
+            lines += _cell_lines("\n".join(rest))
+    lines += ["``````", "", *notes]
     return "\n".join(lines)
 
 

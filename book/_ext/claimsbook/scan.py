@@ -40,6 +40,10 @@ PROPOSITION = re.compile(
     re.MULTILINE,
 )
 LABEL_OPTION = re.compile(r"^[ \t]*:label:[ \t]*(?P<label>\S+)", re.MULTILINE)
+#: A target line and the heading under it: ``(claim-q1)=`` / ``## Q1 · The scores are a quadratic form``.
+HEADING_AFTER_TARGET = re.compile(r"^\((?P<name>[A-Za-z0-9_.:-]+)\)=[ \t]*\n+#+ (?P<heading>[^\n]+)$", re.MULTILINE)
+#: The label of a numbered equation: ``:label: eq-q1-hessian`` in a math block, or ``$$ … $$ (eq-…)``.
+MATH_LABEL = re.compile(r"(?:^[ \t]*:label:[ \t]*|\$\$[ \t]*\()(?P<label>eq-[A-Za-z0-9_-]+)", re.MULTILINE)
 #: The opening line of a ``prf:proof`` directive.
 PROOF = re.compile(r"^[ \t]*(?:`{3,}|:{3,})\{prf:proof\}", re.MULTILINE)
 
@@ -100,6 +104,8 @@ class NotebookScan:
     targets: list[str] = field(default_factory=list)           # in order of appearance
     labels: list[str] = field(default_factory=list)            # prf:proposition labels
     verdicts: list[VerdictOutput] = field(default_factory=list)
+    headings: dict[str, str] = field(default_factory=dict)     # target → the heading right under it
+    math_labels: list[str] = field(default_factory=list)       # labels of numbered equations
 
 
 def _verdict_metadata(cell) -> list[dict]:
@@ -129,6 +135,9 @@ def scan_notebook(path: Path, root: Path) -> NotebookScan:
     proofs_since = dict.fromkeys(prefixes, 0)
     for index, cell in enumerate(nb.cells):
         if cell.cell_type == "markdown":
+            for m in HEADING_AFTER_TARGET.finditer(cell.source):
+                scan.headings[m["name"]] = m["heading"].strip()
+            scan.math_labels += [m["label"] for m in MATH_LABEL.finditer(cell.source)]
             # Targets and labels in order of position within the cell.
             events = [(m.start(), "target", m["name"]) for m in TARGET.finditer(cell.source)]
             for m in PROPOSITION.finditer(cell.source):

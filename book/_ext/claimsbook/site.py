@@ -7,13 +7,15 @@ import re
 from pathlib import Path
 
 from .index import render_headline, render_index
+from .pages import (ANSWERS_PATH, chapter_number, inject_into_notebook, last_notebooks, load_answers,
+                    problems as answer_problems, render_answers_page, render_chapter_end, render_chapter_top)
 from .report import REPORT_PATH, load_report, render_report
 from .scan import notebook_paths, scan_book
 from .verdicts import _verdict_directive
 
 #: Where the generated markdown goes: a fenced placeholder block with an optional argument.
 PLACEHOLDER = re.compile(
-    r"^(?P<fence>`{3,})\{(?P<name>claims-index|claims-table|execution-report)\}[ \t]*(?P<arg>[^\n]*)\n"
+    r"^(?P<fence>`{3,})\{(?P<name>claims-index|claims-table|execution-report|short-answers)\}[ \t]*(?P<arg>[^\n]*)\n"
     r"(?P=fence)[ \t]*$",
     re.MULTILINE,
 )
@@ -23,21 +25,31 @@ def _root(app) -> Path:
     return Path(app.srcdir)
 
 
+def _chapter_notebooks(root: Path) -> set[str]:
+    return {p.relative_to(root).with_suffix("").as_posix() for p in notebook_paths(root)}
+
+
 def source_read(app, docname: str, source: list[str]) -> None:
     text = source[0]
-    if "{claims-" not in text and "{execution-report}" not in text:
+    root = _root(app)
+    if docname in _chapter_notebooks(root):
+        source[0] = chapter_page(root, app, docname, text)
+        return
+    if "{claims-" not in text and "{execution-report}" not in text and "{short-answers}" not in text:
         return
     from sphinx.util import logging
     logger = logging.getLogger(__name__)
-    root = _root(app)
     book = scan_book(root)
     for path in notebook_paths(root):
         app.env.note_dependency(str(path))
+    app.env.note_dependency(str(root / ANSWERS_PATH))
 
     def replace(match: re.Match) -> str:
         name, arg = match["name"], match["arg"].split()
         if name == "claims-index":
             return render_index(book)
+        if name == "short-answers":
+            return render_answers_page(book, load_answers(root))
         if name == "claims-table":
             try:
                 return render_headline(book, arg)
@@ -52,12 +64,36 @@ def source_read(app, docname: str, source: list[str]) -> None:
     source[0] = PLACEHOLDER.sub(replace, text)
 
 
+def chapter_page(root: Path, app, docname: str, text: str) -> str:
+    """A chapter notebook's JSON text with its verdict table after the title and, on a chapter's
+    last page, the answer to its thread (the notebook file itself is not changed)."""
+    book = scan_book(root)
+    answers = load_answers(root)
+    for path in notebook_paths(root):
+        app.env.note_dependency(str(path))
+    app.env.note_dependency(str(root / ANSWERS_PATH))
+    top = render_chapter_top(book, answers, docname)
+    number = chapter_number(docname)
+    end = render_chapter_end(book, answers, number) if last_notebooks(root).get(number) == docname else ""
+    return inject_into_notebook(text, top, end)
+
+
 def check_verdicts(app) -> None:
-    """Warn (an error under -W) about every verdict output the index cannot place."""
+    """Warn (an error under -W) about every verdict output the index cannot place, and every
+    short answer or reason written for another verdict than the one recorded."""
     from sphinx.util import logging
     logger = logging.getLogger(__name__)
-    for problem in scan_book(_root(app)).problems():
+    book = scan_book(_root(app))
+    for problem in book.problems():
         logger.warning(f"claims index: {problem}")
+    for problem in answer_problems(book, load_answers(_root(app))):
+        logger.warning(f"short answers: {problem}")
+
+
+def _phone_label_role(name, rawtext, text, lineno, inliner, options=None, content=None):
+    """``{phone-label}`MiniLM:``` — a cell's column name, shown only where a table becomes cards."""
+    from docutils import nodes
+    return [nodes.inline(rawtext, text, classes=["phone-label"])], []
 
 
 def always_reread(app, env, added, changed, removed) -> list[str]:
@@ -113,6 +149,8 @@ def setup(app) -> dict:
     app.add_css_file("claims.css")
     app.add_css_file("verdict.css")
     app.add_directive("verdict", _verdict_directive())
+    app.add_role("phone-label", _phone_label_role)
+    app.add_js_file("claims.js")
     app.connect("source-read", source_read)
     app.connect("builder-inited", check_verdicts)
     app.connect("env-get-outdated", always_reread)

@@ -2,14 +2,35 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from .markup import _badge, _container, _table, inline
 from .scan import VerdictOutput, registry, scan_notebook
 
-def render_verdict_box(v: VerdictOutput) -> str:
-    """The verdict box under a claim's proposition: badge, reason, conditions, evidence table
-    (with a "fails if" column when the checks name what they rule out), statistical levels."""
+
+#: An equation label in a check's text (``eq-q1-hessian``), shown as its number through ``{eq}``.
+EQUATION_LABEL = re.compile(r"(?<![\w`<-])(?P<label>eq-[A-Za-z0-9_]+(?:-[A-Za-z0-9_]+)*)(?![\w`>])")
+
+
+def with_equation_numbers(text: str, labels) -> str:
+    """``eq-q1-hessian: blocks …`` → ``{eq}`eq-q1-hessian`: blocks …`` (rendered "(6): blocks …")
+    for every label of a numbered equation in ``labels``; other text is left as it is."""
+    labels = set(labels or ())
+    return EQUATION_LABEL.sub(lambda m: f"{{eq}}`{m['label']}`" if m["label"] in labels else m[0], text)
+
+
+def checks_summary(checks) -> str:
+    """``13/13 checks ✓`` (or ``12/13 checks ✓ · 1 ✗``): the fold's title over the evidence table."""
+    passed = sum(bool(c.get("passed")) for c in checks)
+    failed = len(checks) - passed
+    return f"{passed}/{len(checks)} checks ✓" + (f" · {failed} ✗" if failed else "")
+
+
+def render_verdict_box(v: VerdictOutput, math_labels=()) -> str:
+    """The verdict box under a claim's proposition: badge, reason, conditions, and the evidence
+    table folded under "13/13 checks ✓" (the ✓ column first; a "fails if" column when the checks
+    name what they rule out; equation labels shown as numbers), statistical levels."""
     where = f" on {registry.MODELS[v.model].short}" if v.model in registry.MODELS else ""
     # the popular claim the badge judges (under a true proposition the badge may read "does not hold")
     claim = f"*The claim:* {inline(registry.CLAIMS[v.id].statement)}" if v.id in registry.CLAIMS else ""
@@ -19,15 +40,23 @@ def render_verdict_box(v: VerdictOutput) -> str:
     if claim:
         head = claim + "\n\n" + head
     with_fails_if = any(c.get("fails_if") for c in v.checks)
+
+    def cell(text) -> str:
+        return with_equation_numbers(inline(text), math_labels)
+
     rows = []
     for c in v.checks:
-        row = [inline(registry.check_label(c)), inline(registry.kind_label(c)), inline(c.get("measured", "")),
-               inline(c.get("held_to", "")), "✓" if c.get("passed") else "✗ **failed**"]
-        rows.append(row + ([inline(c.get("fails_if") or "—")] if with_fails_if else []))
-    header = ["Check", "Kind", "Measured", "Held to", "Passed"] + (["Fails if"] if with_fails_if else [])
-    table = _table(header, rows, ["l", "l", "r", "l", "c"] + (["l"] if with_fails_if else []))
+        row = ["✓" if c.get("passed") else "✗ **failed**", cell(registry.check_label(c)),
+               inline(registry.kind_label(c)), cell(c.get("measured", "")), cell(c.get("held_to", ""))]
+        rows.append(row + ([cell(c.get("fails_if") or "—")] if with_fails_if else []))
+    header = ["Passed", "Check", "Kind", "Measured", "Held to"] + (["Fails if"] if with_fails_if else [])
+    table = _table(header, rows, ["c", "l", "l", "r", "l"] + (["l"] if with_fails_if else []))
     sentence = registry.levels_sentence(v.checks)
-    return "\n".join([head, "", *_container(table, "evidence-table")] + (["", inline(sentence)] if sentence else []))
+    failed = any(not c.get("passed") for c in v.checks)
+    fold = [f":::::{{dropdown}} {checks_summary(v.checks)}", ":class-container: evidence-fold"
+            + (" evidence-failed" if failed else "")] + ([":open:"] if failed else []) + [
+            "", *_container(table, "evidence-table"), ":::::"]
+    return "\n".join([head, "", *fold] + (["", inline(sentence)] if sentence else []))
 
 
 def _verdicts_of_document(path: Path) -> dict[tuple[str, str | None], VerdictOutput]:
@@ -37,6 +66,25 @@ def _verdicts_of_document(path: Path) -> dict[tuple[str, str | None], VerdictOut
         root = root.parent
     scan = scan_notebook(path, root)
     return {(v.id, v.model): v for v in scan.verdicts}
+
+
+def _math_labels_of_book(path: Path) -> list[str]:
+    """The labels of every numbered equation in the book's notebooks (a check may cite another
+    section's equation)."""
+    from .scan import notebook_paths
+    root = path.parent
+    while root != root.parent and not (root / "_toc.yml").exists():
+        root = root.parent
+    labels = []
+    for notebook in notebook_paths(root):
+        key = (str(notebook), notebook.stat().st_mtime_ns)
+        if key not in _LABELS_CACHE:
+            _LABELS_CACHE[key] = scan_notebook(notebook, root).math_labels
+        labels += _LABELS_CACHE[key]
+    return labels
+
+
+_LABELS_CACHE: dict[tuple[str, int], list[str]] = {}
 
 
 def _verdict_directive():
@@ -68,7 +116,7 @@ def _verdict_directive():
             css = {registry.HOLDS: "holds", registry.CONDITIONS: "conditions", registry.FAILS: "fails",
                    registry.PREMISE_FAILS: "premise"}
             box = nodes.container(classes=["verdict-box", f"verdict-{css.get(v.verdict, 'open')}"])
-            lines = render_verdict_box(v).splitlines()
+            lines = render_verdict_box(v, _math_labels_of_book(path)).splitlines()
             self.state.nested_parse(StringList(lines, source=str(path)), self.content_offset, box)
             return [box]
 

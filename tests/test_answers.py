@@ -1,0 +1,171 @@
+"""The short answers (book/answers.md), the chapter pages' opening verdict tables and their closing
+"answer to the thread" — all generated at build time (book/_ext/claimsbook/pages.py) from
+book/_data/answers.yml and the verdicts the committed notebooks recorded.
+
+A badge is never typed: each is generated from the recorded verdict. Each text was written for a
+verdict, which it names; when a notebook records another verdict (chapter 8's are being rebuilt,
+for instance) these tests fail until the text is rewritten, as the build does under -W.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnref.book import claims
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load_extension():
+    spec = importlib.util.spec_from_file_location("claims_index", ROOT / "book" / "_ext" / "claims_index.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+index = _load_extension()
+from claimsbook import pages  # noqa: E402  (on sys.path once the extension is loaded)
+
+BOOK = index.scan_book(ROOT)
+ANSWERS = pages.load_answers(ROOT)
+#: ``{ref}`Q1 <claim-q1>` {bdg-success}`holds``: a link and the badge generated beside it.
+CITED = re.compile(r"\{ref\}`[^`<]*<(?P<target>[^>`]+)>` \{bdg-[a-z-]+\}`(?P<verdict>[^`]+)`")
+
+
+def _by_target(book) -> dict:
+    return {v.target: v for v in book.verdicts}
+
+
+def _book_with(book, change):
+    """A copy of ``book`` with ``change(verdict_output) -> verdict_output`` applied to every verdict."""
+    scans = []
+    for scan in book.scans:
+        scan = copy.copy(scan)
+        scan.verdicts = [change(v) for v in scan.verdicts]
+        scans.append(scan)
+    return index.Book(scans)
+
+
+def test_the_committed_answers_fit_the_recorded_verdicts() -> None:
+    problems = pages.problems(BOOK, ANSWERS)
+    assert not problems, "\n".join(problems)
+
+
+def test_one_card_per_source_question_each_short() -> None:
+    threads = ANSWERS["threads"]
+    assert len(threads) == 5 and len({t["id"] for t in threads}) == 5
+    for t in threads:
+        assert "\n" not in t["question"] and t["question"].rstrip().endswith("?")
+        assert 1 <= pages.sentences(t["answer"]) <= pages.MAX_ANSWER_SENTENCES, t["answer"]
+        assert t["rests_on"], f"{t['id']}: the answer rests on no verdict"
+    page = pages.render_answers_page(BOOK, ANSWERS)
+    assert page.count("::::{card}") == 5
+
+
+def test_every_badge_on_the_answers_page_is_the_recorded_verdict() -> None:
+    page = pages.render_answers_page(BOOK, ANSWERS)
+    by_target = _by_target(BOOK)
+    cited = list(CITED.finditer(page))
+    assert len(cited) >= sum(len(t["bears_on"]) for t in ANSWERS["threads"])
+    for m in cited:
+        assert m["target"] in by_target, f"link to a missing target ({m['target']})="
+        assert m["verdict"] == by_target[m["target"]].verdict, (m["target"], m["verdict"])
+
+
+def test_every_link_target_exists() -> None:
+    targets = {t for s in BOOK.scans for t in s.targets}
+    page = pages.render_answers_page(BOOK, ANSWERS)
+    for target in re.findall(r"\{ref\}`[^`<]*<([^>`]+)>`", page):
+        assert target in targets, f"({target})= is not a section target of any notebook"
+    assert "{doc}" not in page or all((ROOT / f"{d.lstrip('/')}.md").exists() or (ROOT / f"{d.lstrip('/')}.ipynb").exists()
+                                      for d in re.findall(r"\{doc\}`[^`<]*<([^>`]+)>`", page))
+
+
+def test_the_answers_cover_chapters_1_to_8_and_both_models() -> None:
+    keys = [k for t in ANSWERS["threads"] for k in t["bears_on"]]
+    found = [pages.lookup(BOOK, k) for k in keys]
+    assert all(found), [k for k, v in zip(keys, found) if v is None]
+    chapters = {claims.CLAIMS[v.id].chapter for v in found}
+    assert chapters >= set(range(1, 9)), f"no answer links chapter(s) {set(range(1, 9)) - chapters}"
+    assert {v.model for v in found if v.model} == set(claims.MODELS)
+
+
+def test_a_changed_verdict_makes_the_answer_and_the_reason_stale() -> None:
+    """If Q1 came out *does not hold*, the badge would say so (generated) and the texts written
+    for *holds* would be reported."""
+    def flip(v):
+        return dataclasses.replace(v, verdict=claims.FAILS) if (v.id, v.model) == ("Q1", None) else v
+    book = _book_with(BOOK, flip)
+    problems = pages.problems(book, ANSWERS)
+    assert any("written for Q1 'holds'" in p and "'does not hold'" in p for p in problems), problems
+    assert any(p.startswith("reasons: Q1's reason was written for 'holds'") for p in problems), problems
+    page = pages.render_answers_page(book, ANSWERS)
+    assert "{ref}`Q1 <claim-q1>` {bdg-danger}`does not hold`" in page
+
+
+def test_a_missing_target_is_reported() -> None:
+    book = _book_with(BOOK, lambda v: v)
+    for scan in book.scans:
+        scan.targets = [t for t in scan.targets if t != "claim-e1"]
+    assert any("(claim-e1)= is missing" in p for p in pages.problems(book, ANSWERS))
+
+
+def test_a_text_breaking_the_rules_is_reported() -> None:
+    answers = copy.deepcopy(ANSWERS)
+    answers["threads"][0]["answer"] += " One. Two. Three."
+    answers["reasons"]["Q2"]["reason"] = " ".join(["word"] * 21)
+    answers["threads"][1]["answer"] += " [Q6]"
+    problems = pages.problems(BOOK, answers)
+    assert any("sentences (at most 3)" in p for p in problems)
+    assert any("Q2's reason has 21 words" in p for p in problems)
+    assert any("cites [Q6] without saying which verdict" in p for p in problems)
+
+
+@pytest.mark.parametrize("scan", BOOK.scans, ids=lambda s: s.path)
+def test_chapter_page_opens_with_its_verdicts(scan) -> None:
+    top = pages.render_chapter_top(BOOK, ANSWERS, scan.path)
+    rows = [line for line in top.splitlines() if line.startswith("| {ref}")]
+    assert len(rows) == len(scan.verdicts)
+    by_target = _by_target(BOOK)
+    for row, v in zip(rows, scan.verdicts):
+        assert row.startswith(f"| {{ref}}`{pages._label(v)} <{v.target}>`")
+        assert f"{{{index.BADGE[v.verdict]}}}`{v.verdict}`" in row
+        reason = row.rsplit("|", 2)[-2]
+        assert len(reason.split()) <= pages.MAX_REASON_WORDS + 2, reason
+    number = pages.chapter_number(scan.path)
+    if number <= 5:     # chapters 1–5 point to the later claims that answer the same question
+        later = [m["target"] for m in CITED.finditer(top.split("*The same question later")[-1])]
+        assert later and all(by_target[t].model or claims.CLAIMS[by_target[t].id].chapter >= 6 for t in later), later
+        assert any(claims.CLAIMS[by_target[t].id].chapter in (7, 8) for t in later)
+
+
+def test_the_notebook_is_read_with_the_table_after_its_title_and_the_answer_at_its_end() -> None:
+    path = ROOT / "notebooks" / "02-linear-layers.ipynb"
+    text = path.read_text(encoding="utf-8")
+    top = pages.render_chapter_top(BOOK, ANSWERS, "notebooks/02-linear-layers")
+    end = pages.render_chapter_end(BOOK, ANSWERS, 2)
+    nb = json.loads(pages.inject_into_notebook(text, top, end))
+    original = json.loads(text)
+    assert len(nb["cells"]) == len(original["cells"]) + 1
+    first = nb["cells"][0]["source"]
+    assert first.startswith("# ") and first.splitlines()[2:3] == ["````{container} claims-table chapter-verdicts"]
+    assert nb["cells"][-1]["source"].startswith("## The answer to the thread")
+    assert nb["cells"][1:-1] == original["cells"][1:], "only the title cell changes"
+    assert path.read_text(encoding="utf-8") == text, "the notebook file itself is never written"
+
+
+def test_every_chapter_has_an_answer_to_its_thread() -> None:
+    for number in range(1, 9):
+        end = pages.render_chapter_end(BOOK, ANSWERS, number)
+        assert end.startswith("## The answer to the thread"), number
+        for m in CITED.finditer(end):
+            assert m["verdict"] == _by_target(BOOK)[m["target"]].verdict

@@ -1,0 +1,210 @@
+"""The generated claims pages in headless Chromium, at 1400 px (desktop) and 400 px (phone).
+
+Measured, not looked up: the claims index's table fits the content column at 1400 px (its right
+edge inside the article, every model column on screen) and turns into stacked cards at 400 px
+(nothing wider than the viewport, so no sideways scroll); every chapter page shows its verdict
+table right after its title; the evidence tables of the verdict boxes are folded (closed
+``<details>`` whose summary reads "n/n checks ✓", the ✓ column first) and print unfolded; the
+short-answers page has one card per source question. Screenshots of the three pages at both
+widths go to ``_build/browser-claims/`` (or ``$ATTENTION_CLAIMS_SHOTS``).
+
+The site is ``$ATTENTION_CLAIMS_SITE`` if set, else a private build (as in ``test_browser.py``,
+which starts the browser and serves the site the same way: no request leaves 127.0.0.1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import os
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = Path("/usr/bin/chromium")
+HOST = "127.0.0.1"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--no-first-run", "--disable-component-update", "--disable-sync", "--disable-quic"]
+BOOK_FLAGS = ["-n", "-W", "--keep-going"]
+DESKTOP, PHONE = 1400, 400
+CHAPTERS = ["notebooks/01-nonlinearity", "notebooks/02-linear-layers", "notebooks/03-attention-vs-linear",
+            "notebooks/04-cosine-vs-dot", "notebooks/05-multi-head", "notebooks/06-trained-model",
+            "notebooks/06b-trained-decoder", "notebooks/07-depth", "notebooks/08-training"]
+
+playwright_api = pytest.importorskip("playwright.async_api")
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="no Chromium at /usr/bin/chromium")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    if os.environ.get("ATTENTION_CLAIMS_SITE"):
+        html = Path(os.environ["ATTENTION_CLAIMS_SITE"]).resolve()
+        assert (html / "index.html").exists(), f"ATTENTION_CLAIMS_SITE={html} holds no built site"
+        return html
+    out = tmp_path_factory.mktemp("book")
+    jupyter_book = Path(sys.executable).with_name("jupyter-book")
+    result = subprocess.run([str(jupyter_book), "build", str(ROOT), *BOOK_FLAGS, "--path-output", str(out)],
+                            cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    return out / "_build" / "html"
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _serve(directory: Path):
+    httpd = http.server.ThreadingHTTPServer((HOST, 0), functools.partial(_Quiet, directory=str(directory)))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://{HOST}:{httpd.server_address[1]}/"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+MEASURE = """() => {
+  const article = document.querySelector("article.bd-article") || document.querySelector("main");
+  const a = article.getBoundingClientRect();
+  const table = document.querySelector("table.claims-compact");
+  const t = table ? table.getBoundingClientRect() : null;
+  const cells = table ? Array.from(table.querySelectorAll("tbody tr:nth-child(2) td")).map(
+      td => { const r = td.getBoundingClientRect(); return {left: r.left, right: r.right, display: getComputedStyle(td).display}; }) : [];
+  const rows = table ? Array.from(table.querySelectorAll("tbody tr")).map(tr => tr.getBoundingClientRect().height) : [];
+  rows.sort((x, y) => x - y);
+  return {
+    viewport: window.innerWidth,
+    scrollWidth: document.documentElement.scrollWidth,
+    article: {left: a.left, right: a.right, width: a.width},
+    table: t && {left: t.left, right: t.right, width: t.width, height: t.height},
+    cells, medianRow: rows.length ? rows[Math.floor(rows.length / 2)] : 0,
+    folds: document.querySelectorAll("details.claim-fold").length,
+    openFolds: document.querySelectorAll("details.claim-fold[open]").length,
+  };
+}"""
+
+CHAPTER_FACTS = """() => {
+  const article = document.querySelector("article.bd-article") || document.querySelector("main");
+  const title = article.querySelector("h1");
+  const tables = article.querySelectorAll(".chapter-verdicts table");
+  let next = title ? title.nextElementSibling : null;
+  while (next && !next.matches(".chapter-verdicts, .chapter-verdicts *") && next.tagName === "A") next = next.nextElementSibling;
+  const folds = Array.from(article.querySelectorAll("details.evidence-fold"));
+  const firstHeader = folds.length ? folds[0].querySelector("table th") : null;
+  return {
+    tables: tables.length,
+    tableAfterTitle: !!(next && next.matches(".chapter-verdicts")),
+    tableTop: tables.length ? tables[0].getBoundingClientRect().top + window.scrollY : null,
+    folds: folds.length,
+    closed: folds.filter(d => !d.open).length,
+    summaries: folds.map(d => d.querySelector("summary").textContent.trim()),
+    firstHeader: firstHeader ? firstHeader.textContent.trim() : null,
+    answer: !!Array.from(article.querySelectorAll("h2")).find(h => h.textContent.includes("The answer to the thread")),
+    scrollWidth: document.documentElement.scrollWidth, viewport: window.innerWidth,
+    eqLabels: Array.from(article.querySelectorAll(".evidence-table td")).filter(td => /\\beq-[a-z0-9]/.test(td.textContent)).length,
+  };
+}"""
+
+
+def _shots() -> Path:
+    out = Path(os.environ.get("ATTENTION_CLAIMS_SHOTS") or ROOT / "_build" / "browser-claims")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+async def _measure(site: Path) -> dict:
+    facts: dict = {}
+    shots = _shots()
+    with _serve(site) as base:
+        async with playwright_api.async_playwright() as playwright:
+            browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                                       args=[*CHROMIUM_ARGS, f"--proxy-server={base.rstrip('/')}"])
+            for width in (DESKTOP, PHONE):
+                context = await browser.new_context(viewport={"width": width, "height": 900}, color_scheme="light")
+                page = await context.new_page()
+                await page.goto(base + "book/claims.html", wait_until="load")
+                facts[("index", width)] = await page.evaluate(MEASURE)
+                await page.screenshot(path=str(shots / f"claims-index-{width}.png"))
+                await page.goto(base + "book/answers.html", wait_until="load")
+                facts[("answers", width)] = await page.evaluate(
+                    "() => ({cards: document.querySelectorAll('.answer-card').length,"
+                    " badges: document.querySelectorAll('.answer-card .sd-badge').length,"
+                    " scrollWidth: document.documentElement.scrollWidth, viewport: window.innerWidth})")
+                await page.screenshot(path=str(shots / f"answers-{width}.png"))
+                for chapter in CHAPTERS:
+                    await page.goto(base + chapter + ".html", wait_until="load")
+                    facts[(chapter, width)] = await page.evaluate(CHAPTER_FACTS)
+                    if chapter == CHAPTERS[1]:
+                        await page.screenshot(path=str(shots / f"chapter-02-top-{width}.png"))
+                await context.close()
+            # print: the folds open (Chromium ≥ 131 prints ::details-content as styled for print)
+            context = await browser.new_context(viewport={"width": DESKTOP, "height": 900})
+            page = await context.new_page()
+            await page.goto(base + CHAPTERS[1] + ".html", wait_until="load")
+            await page.emulate_media(media="print")
+            facts["print"] = await page.evaluate(
+                "() => Array.from(document.querySelectorAll('details.evidence-fold')).map(d => {"
+                " const t = d.querySelector('table'); return t ? t.getBoundingClientRect().height : 0; })")
+            await context.close()
+            await browser.close()
+    return facts
+
+
+@pytest.fixture(scope="module")
+def facts(site: Path) -> dict:
+    import asyncio
+    return asyncio.run(_measure(site))
+
+
+def test_claims_index_fits_the_column_at_1400(facts) -> None:
+    f = facts[("index", DESKTOP)]
+    assert f["table"], "no table.claims-compact on the claims index"
+    assert f["table"]["right"] <= f["article"]["right"] + 1, f"table {f['table']} wider than the column {f['article']}"
+    assert all(c["right"] <= f["article"]["right"] + 1 for c in f["cells"]), f["cells"]
+    assert f["scrollWidth"] <= f["viewport"], "the page scrolls sideways at 1400 px"
+    assert f["folds"] > 40 and f["openFolds"] == 0, "the deciding detail is not folded"
+    assert f["medianRow"] < 160, f"median row {f['medianRow']:.0f} px tall"
+
+
+def test_claims_index_becomes_cards_on_a_phone(facts) -> None:
+    f = facts[("index", PHONE)]
+    assert f["scrollWidth"] <= f["viewport"], f"sideways scroll at 400 px: {f['scrollWidth']} > {f['viewport']}"
+    assert f["table"]["right"] <= f["viewport"], f["table"]
+    assert {c["display"] for c in f["cells"]} <= {"block", "inline-block", "none"}, f["cells"]
+
+
+@pytest.mark.parametrize("width", [DESKTOP, PHONE])
+def test_short_answers_page(facts, width) -> None:
+    f = facts[("answers", width)]
+    assert f["cards"] == 5 and f["badges"] >= 5 * 3
+    assert f["scrollWidth"] <= f["viewport"]
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_chapter_opens_with_its_verdicts_and_folds_its_evidence(facts, chapter) -> None:
+    f = facts[(chapter, DESKTOP)]
+    assert f["tables"] == 1 and f["tableAfterTitle"], f
+    assert f["folds"] >= 1 and f["closed"] == f["folds"] - sum("✗" in s for s in f["summaries"])
+    assert all(re.fullmatch(r"\d+/\d+ checks ✓( · \d+ ✗)?", s) for s in f["summaries"]), f["summaries"]
+    assert f["firstHeader"] == "Passed", f"the ✓ column is not first: {f['firstHeader']!r}"
+    assert f["eqLabels"] == 0, "an evidence row shows an equation label instead of its number"
+    assert facts[(chapter, PHONE)]["tables"] == 1
+
+
+def test_every_chapter_ends_with_the_answer_to_its_thread(facts) -> None:
+    last = [c for c in CHAPTERS if c != "notebooks/06-trained-model"]    # chapter 6 ends with 6b
+    assert all(facts[(c, DESKTOP)]["answer"] for c in last), [c for c in last if not facts[(c, DESKTOP)]["answer"]]
+
+
+def test_folded_evidence_prints_unfolded(facts) -> None:
+    heights = facts["print"]
+    assert heights and min(heights) > 0, f"a folded evidence table prints empty: {heights}"
