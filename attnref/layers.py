@@ -1,19 +1,26 @@
 """LayerNorm, the position-wise feed-forward network, the encoder layer's weights, positional encodings.
 
-The layers themselves (post-LN, pre-LN, causal decoder-only) are computed in
-:mod:`attnref.blocks`; :func:`encoder_layer` runs the placement an :class:`EncoderLayer` names.
+The layers themselves (post-LN, pre-LN and their variants) are computed in :mod:`attnref.blocks`,
+which imports this module (never the other way round).
+
+Batches of layers: every weights type here (:class:`LayerNormParams`, :class:`FeedForward`,
+:class:`EncoderLayer`, and :class:`attnref.MultiHeadWeights`) may carry leading batch axes
+``W`` on every tensor — ``B`` independent layers, e.g. chapter 7's random draws — validated
+like the rest (all tensors of one part share ``W``; the parts of a layer have batch axes that
+broadcast). Batched weights apply draw ``b`` to ``x[..., b, :, :]``: the input's batch axes
+broadcast with ``W``. :func:`stack_weights` builds a batch from single layers and
+:func:`select` takes one layer out of it.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, is_dataclass, replace
-from typing import Literal, Mapping, TypeVar
+from typing import Literal, Mapping, Sequence, TypeVar
 
 import torch
 
 from attnref import _validate as check
-from attnref.attention import AttentionResult
 from attnref.multihead import MultiHeadWeights
 
 Tensor = torch.Tensor
@@ -21,22 +28,59 @@ Activation = Literal["relu", "gelu"]
 T = TypeVar("T")
 
 
+def _batch_of(name: str, t: Tensor | None, trailing: int) -> tuple[int, ...]:
+    """The leading batch axes of a weight tensor with ``trailing`` axes of its own (``()`` for None)."""
+    return () if t is None else tuple(t.shape[:-trailing])
+
+
+def _same_batch(what: str, **tensors: tuple[Tensor | None, int]) -> tuple[int, ...]:
+    """The one batch shape of the given weight tensors (name: (tensor, own axes)), or a ValueError."""
+    shapes = {name: _batch_of(name, t, k) for name, (t, k) in tensors.items() if t is not None}
+    if len(set(shapes.values())) > 1:
+        listing = ", ".join(f"{name} {check.shape_of(tensors[name][0])}" for name in shapes)
+        raise ValueError(f"the tensors of {what} must share one batch shape, got {listing}")
+    return next(iter(shapes.values()), ())
+
+
+def _per_token(t: Tensor, batch: tuple[int, ...]) -> Tensor:
+    """A per-layer vector ``(*W, k)`` made to broadcast over the tokens of ``x (..., *W, n, k)``."""
+    return t[..., None, :] if batch else t
+
+
+def _layer_input(name: str, x: Tensor, batch: tuple[int, ...], weights_name: str, like: Tensor) -> None:
+    """``x``'s batch axes broadcast with the weights' batch axes ``batch`` (batched weights need tokens)."""
+    if not batch:
+        return
+    if x.dim() < 2 or check.broadcast_shapes(tuple(x.shape[:-2]), batch) is None:
+        raise ValueError(f"{name} has shape {check.shape_of(x)}; batched {weights_name} {check.shape_of(like)} "
+                         f"need {name} (..., n, d) with batch axes that broadcast with {batch}")
+
+
 @dataclass(frozen=True)
 class LayerNormParams:
-    """Affine part and ε of a LayerNorm. ``gain = bias = None`` is LayerNorm without affine."""
+    """Affine part and ε of a LayerNorm. ``gain = bias = None`` is LayerNorm without affine.
 
-    gain: Tensor | None = None   # (d,)  γ
-    bias: Tensor | None = None   # (d,)  β
+    ``gain`` and ``bias`` are ``(d,)``, or ``(*W, d)`` for a batch of LayerNorms (one batch shape)."""
+
+    gain: Tensor | None = None   # (*W, d)  γ
+    bias: Tensor | None = None   # (*W, d)  β
     eps: float = 1e-5
 
     def __post_init__(self) -> None:
         check.real_number("eps", self.eps, nonnegative=True)
         for name in ("gain", "bias"):
             if getattr(self, name) is not None:
-                check.floating(name, getattr(self, name), exact_dim=1)
+                check.floating(name, getattr(self, name), min_dim=1)
         if self.gain is not None and self.bias is not None:
             check.same_dtype(gain=self.gain, bias=self.bias)
-            check.dim_equal("gain and bias must have the same width d", "gain", self.gain, 0, "bias", self.bias, 0)
+            if self.gain.shape != self.bias.shape:
+                raise ValueError(f"gain and bias must have one shape (*W, d), got gain {check.shape_of(self.gain)} "
+                                 f"and bias {check.shape_of(self.bias)}")
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        """The leading batch axes ``W`` (``()`` for one LayerNorm or without affine part)."""
+        return _batch_of("gain", self.gain if self.gain is not None else self.bias, 1)
 
     @classmethod
     def default(cls, d: int, eps: float = 1e-5, dtype: torch.dtype = torch.float64,
@@ -78,8 +122,15 @@ def layer_norm(x: Tensor, params: LayerNormParams | None = None) -> Tensor:
     d = x.shape[-1]
     if d == 0:
         raise ValueError(f"x has shape {check.shape_of(x)}: LayerNorm over d = 0 entries is undefined")
-    check.vector("gain", params.gain, d, x, "x")
-    check.vector("bias", params.bias, d, x, "x")
+    batch = params.batch_shape
+    for name in ("gain", "bias"):
+        part = getattr(params, name)
+        if part is not None:
+            if part.shape[-1] != d:
+                raise ValueError(f"{name} has shape {check.shape_of(part)}, expected {tuple(part.shape[:-1]) + (d,)} "
+                                 f"for x {check.shape_of(x)}")
+            check.same_dtype(x=x, **{name: part})
+    _layer_input("x", x, batch, "LayerNorm gain", params.gain if params.gain is not None else params.bias)
     dtype = x.dtype
     x = x.float() if dtype in check.HALF_PRECISION else x    # statistics of half precision in float32
     # μ and σ are computed so that large offsets, tiny spreads and huge magnitudes lose no accuracy
@@ -101,9 +152,9 @@ def layer_norm(x: Tensor, params: LayerNormParams | None = None) -> Tensor:
         raise ValueError(f"x of shape {check.shape_of(x)} has a constant row: LayerNorm with eps = 0 divides 0 by 0")
     normalised = centred / denominator                       # (x − μ)/√(σ² + ε)
     if params.gain is not None:
-        normalised = normalised * params.gain                # γ ⊙ … (float32 for half precision)
+        normalised = normalised * _per_token(params.gain, batch)   # γ ⊙ … (float32 for half precision)
     if params.bias is not None:
-        normalised = normalised + params.bias                # … + β
+        normalised = normalised + _per_token(params.bias, batch)   # … + β
     return normalised.to(dtype)
 
 
@@ -122,23 +173,38 @@ ACTIVATIONS = {"relu": relu, "gelu": gelu}
 
 @dataclass(frozen=True)
 class FeedForward:
-    """Position-wise FFN weights in row form: ``w_1 (d, d_ff)``, ``b_1 (d_ff,)``, ``w_2 (d_ff, d)``, ``b_2 (d,)``."""
+    """Position-wise FFN weights in row form: ``w_1 (d, d_ff)``, ``b_1 (d_ff,)``, ``w_2 (d_ff, d)``, ``b_2 (d,)``
+    — or a batch of FFNs, every tensor with the same leading axes ``W``: ``w_1 (*W, d, d_ff)``, …"""
 
-    w_1: Tensor
-    b_1: Tensor | None
-    w_2: Tensor
-    b_2: Tensor | None
+    w_1: Tensor            # (*W, d, d_ff)
+    b_1: Tensor | None     # (*W, d_ff)
+    w_2: Tensor            # (*W, d_ff, d)
+    b_2: Tensor | None     # (*W, d)
     activation: Activation = "relu"
 
     def __post_init__(self) -> None:
-        check.floating("w_1", self.w_1, exact_dim=2)
-        check.floating("w_2", self.w_2, exact_dim=2)
-        check.dim_equal("w_1 columns must match w_2 rows (d_ff)", "w_1", self.w_1, 1, "w_2", self.w_2, 0)
+        check.floating("w_1", self.w_1, min_dim=2)
+        check.floating("w_2", self.w_2, min_dim=2)
+        for name in ("b_1", "b_2"):
+            if getattr(self, name) is not None:
+                check.floating(name, getattr(self, name), min_dim=1)
+        batch = _same_batch("the FFN", w_1=(self.w_1, 2), w_2=(self.w_2, 2))
+        check.dim_equal("w_1 columns must match w_2 rows (d_ff)", "w_1", self.w_1, -1, "w_2", self.w_2, -2)
         check.same_dtype(w_1=self.w_1, w_2=self.w_2)
-        check.vector("b_1", self.b_1, self.w_1.shape[1], self.w_1, "w_1")
-        check.vector("b_2", self.b_2, self.w_2.shape[1], self.w_2, "w_2")
+        for name, like in (("b_1", "w_1"), ("b_2", "w_2")):
+            bias, weight = getattr(self, name), getattr(self, like)
+            if bias is not None:
+                if tuple(bias.shape) != batch + (weight.shape[-1],):
+                    raise ValueError(f"{name} has shape {check.shape_of(bias)}, expected {batch + (weight.shape[-1],)} "
+                                     f"for {like} {check.shape_of(weight)}")
+                check.same_dtype(**{like: weight, name: bias})
         if not isinstance(self.activation, str) or self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        """The leading batch axes ``W`` (``()`` for one FFN)."""
+        return _batch_of("w_1", self.w_1, 2)
 
     @classmethod
     def from_linears(cls, linear_1: torch.nn.Linear, linear_2: torch.nn.Linear,
@@ -183,19 +249,22 @@ class FeedForward:
 def feed_forward(x: Tensor, ffn: FeedForward) -> Tensor:
     r"""Position-wise feed-forward network :math:`\mathrm{FFN}(x) = \phi(x W_1 + b_1) W_2 + b_2`.
 
-    ``φ`` is ReLU (Vaswani et al., 2017) or exact GELU (BERT). ``x (..., n, d)``.
+    ``φ`` is ReLU (Vaswani et al., 2017) or exact GELU (BERT). ``x (..., n, d)``; batched weights
+    ``(*W, …)`` apply draw ``b`` to ``x[..., b, :, :]``.
     """
     check.instance("ffn", ffn, FeedForward)
     check.floating("x", x, min_dim=1)
     check.same_dtype(x=x, w_1=ffn.w_1)
-    check.dim_equal("x width must match w_1 rows", "x", x, -1, "w_1", ffn.w_1, 0)
-    hidden = x @ ffn.w_1                           # (..., n, d) @ (d, d_ff) -> (..., n, d_ff)
+    check.dim_equal("x width must match w_1 rows", "x", x, -1, "w_1", ffn.w_1, -2)
+    batch = ffn.batch_shape
+    _layer_input("x", x, batch, "ffn.w_1", ffn.w_1)
+    hidden = x @ ffn.w_1                           # (..., n, d) @ (*W, d, d_ff) -> (..., n, d_ff)
     if ffn.b_1 is not None:
-        hidden = hidden + ffn.b_1
+        hidden = hidden + _per_token(ffn.b_1, batch)
     hidden = ACTIVATIONS[ffn.activation](hidden)   # φ(x W₁ + b₁)
-    output = hidden @ ffn.w_2                      # (..., n, d_ff) @ (d_ff, d) -> (..., n, d)
+    output = hidden @ ffn.w_2                      # (..., n, d_ff) @ (*W, d_ff, d) -> (..., n, d)
     if ffn.b_2 is not None:
-        output = output + ffn.b_2
+        output = output + _per_token(ffn.b_2, batch)
     return output
 
 
@@ -217,8 +286,12 @@ class EncoderLayer:
     ``LN(x + MHA(x))`` then ``LN(y + FFN(y))``; ``norm_first=True`` the pre-LN layer,
     ``x + MHA(LN(x))`` then ``y + FFN(LN(y))`` (as ``torch.nn.TransformerEncoderLayer``'s flag).
     ``norm_1`` belongs to the attention sublayer and ``norm_2`` to the FFN in both placements.
-    The flag is read by :func:`encoder_layer`; :func:`attnref.blocks.post_ln_layer` and
-    :func:`attnref.blocks.pre_ln_layer` run one set of weights in the placement they name.
+    The flag is read by :func:`attnref.blocks.encoder_layer`; :func:`attnref.blocks.post_ln_layer`,
+    :func:`attnref.blocks.pre_ln_layer` and the other :data:`attnref.blocks.VARIANTS` run one set
+    of weights in the placement they name.
+
+    A batch of layers: each part carries the same leading axes ``W`` (see the module docstring)
+    or none (an unbatched part, e.g. LayerNorms without affine part, is shared by every layer).
     """
 
     attention: MultiHeadWeights
@@ -233,18 +306,33 @@ class EncoderLayer:
             if not isinstance(getattr(self, name), kind):
                 raise ValueError(f"{name} must be {kind.__name__}, got {type(getattr(self, name)).__name__}")
         check.boolean("norm_first", self.norm_first)
-        d = self.attention.w_o.shape[1]
+        d = self.attention.w_o.shape[-1]
         if self.attention.d != d:
             raise ValueError(f"the attention maps width {self.attention.d} to {d}: a residual layer needs the same width")
-        check.dim_equal("the FFN input width must be the model width d", "attention.w_o", self.attention.w_o, 1,
-                        "ffn.w_1", self.ffn.w_1, 0)
-        check.dim_equal("the FFN output width must be the model width d", "attention.w_o", self.attention.w_o, 1,
-                        "ffn.w_2", self.ffn.w_2, 1)
+        check.dim_equal("the FFN input width must be the model width d", "attention.w_o", self.attention.w_o, -1,
+                        "ffn.w_1", self.ffn.w_1, -2)
+        check.dim_equal("the FFN output width must be the model width d", "attention.w_o", self.attention.w_o, -1,
+                        "ffn.w_2", self.ffn.w_2, -1)
         for name in ("norm_1", "norm_2"):
             for part in ("gain", "bias"):
-                check.vector(f"{name}.{part}", getattr(getattr(self, name), part), d, self.attention.w_o,
-                             "attention.w_o")
+                tensor = getattr(getattr(self, name), part)
+                if tensor is not None:
+                    if tensor.shape[-1] != d:
+                        raise ValueError(f"{name}.{part} has shape {check.shape_of(tensor)}, expected width {d} "
+                                         f"for attention.w_o {check.shape_of(self.attention.w_o)}")
+                    check.same_dtype(**{"attention.w_o": self.attention.w_o, f"{name}.{part}": tensor})
         check.same_dtype(attention=self.attention.w_q, ffn=self.ffn.w_1)
+        parts = {"attention": self.attention.batch_shape, "ffn": self.ffn.batch_shape,
+                 "norm_1": self.norm_1.batch_shape, "norm_2": self.norm_2.batch_shape}
+        if len(set(parts.values()) - {()}) > 1:
+            raise ValueError("the layer's parts must share one batch shape W (or have none): "
+                             + ", ".join(f"{k} {v}" for k, v in parts.items()))
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        """The leading batch axes ``W`` of the layer (``()`` for one layer)."""
+        return max((self.attention.batch_shape, self.ffn.batch_shape, self.norm_1.batch_shape,
+                    self.norm_2.batch_shape), key=len)
 
     @property
     def d(self) -> int:
@@ -270,6 +358,9 @@ class EncoderLayer:
 
         Missing biases and LayerNorm affine parts become zeros and ones (the same function).
         """
+        if self.batch_shape:
+            raise ValueError(f"to_torch converts one layer; this layer has batch axes {self.batch_shape} "
+                             "(take one with attnref.layers.select)")
         a = self.attention
         if self.norm_1.eps != self.norm_2.eps:
             raise ValueError(f"torch uses one layer_norm_eps; got {self.norm_1.eps} and {self.norm_2.eps}")
@@ -345,28 +436,53 @@ def replace_tensors(weights: T, tensors: Mapping[str, Tensor]) -> T:
     return replace(weights, **changes)
 
 
-def encoder_layer_with_weights(x: Tensor, layer: EncoderLayer, mask: Tensor | None = None,
-                               key_mask: Tensor | None = None, causal: bool = False) -> AttentionResult:
-    r"""One Transformer layer in the placement ``layer.norm_first`` names.
-
-    Post-LN (``norm_first=False``): :math:`y = \mathrm{LN}_1(x + \mathrm{MHA}(x))`,
-    :math:`z = \mathrm{LN}_2(y + \mathrm{FFN}(y))`; pre-LN: :math:`y = x + \mathrm{MHA}(\mathrm{LN}_1(x))`,
-    :math:`z = y + \mathrm{FFN}(\mathrm{LN}_2(y))` (:mod:`attnref.blocks`).
-
-    ``x (..., n, d)``; ``mask``, ``key_mask`` and ``causal`` as in :func:`attnref.multi_head_attention`.
-    Returns ``z (..., n, d)`` and the attention weights of every head ``(..., h, n, n)`` (an
-    :class:`~attnref.attention.AttentionResult`, which unpacks as ``z, weights``).
-    """
-    from attnref import blocks   # blocks imports this module
-
-    run = blocks.pre_ln_layer if blocks._layer(layer).norm_first else blocks.post_ln_layer
-    return run(x, layer, mask=mask, key_mask=key_mask, causal=causal)
+def _settings(weights: object, prefix: str = "") -> dict[str, object]:
+    """The fields of a weights dataclass that are not tensors (``eps``, ``activation``, …), by dotted name."""
+    out: dict[str, object] = {}
+    for f in fields(weights):
+        value = getattr(weights, f.name)
+        if is_dataclass(value):
+            out.update(_settings(value, f"{prefix}{f.name}."))
+        elif not isinstance(value, torch.Tensor) and value is not None:
+            out[prefix + f.name] = value
+    return out
 
 
-def encoder_layer(x: Tensor, layer: EncoderLayer, mask: Tensor | None = None,
-                  key_mask: Tensor | None = None, causal: bool = False) -> Tensor:
-    """The output ``z`` of :func:`encoder_layer_with_weights`."""
-    return encoder_layer_with_weights(x, layer, mask=mask, key_mask=key_mask, causal=causal).output
+def stack_weights(layers: Sequence[T]) -> T:
+    """A batch of weights from single ones of one type and shape: every tensor stacked along a new
+    leading axis ``(B, …)`` (``layers`` a list or tuple of :class:`EncoderLayer`,
+    :class:`FeedForward`, :class:`LayerNormParams` or :class:`attnref.MultiHeadWeights`; the
+    settings — ``eps``, ``activation``, ``norm_first`` — must agree)."""
+    if not isinstance(layers, (list, tuple)) or not layers:
+        raise ValueError(f"layers must be a non-empty list or tuple of weights, got {type(layers).__name__}"
+                         + (" of length 0" if isinstance(layers, (list, tuple)) else ""))
+    first = layers[0]
+    if not is_dataclass(first) or isinstance(first, type):
+        raise ValueError(f"layers[0] must be a weights dataclass, got {type(first).__name__}")
+    names = tuple(named_tensors(first))
+    for i, layer in enumerate(layers):
+        if type(layer) is not type(first):
+            raise ValueError(f"layers[{i}] is {type(layer).__name__}, layers[0] {type(first).__name__}")
+        if tuple(named_tensors(layer)) != names or _settings(layer) != _settings(first):
+            raise ValueError(f"layers[{i}] differs from layers[0] in its settings or absent tensors")
+    return replace_tensors(first, {k: torch.stack([named_tensors(layer)[k] for layer in layers]) for k in names})
+
+
+def select(weights: T, index: int | tuple[int, ...]) -> T:
+    """One layer (or a sub-batch) of batched weights: every tensor indexed on its leading batch
+    axes, ``t[index]`` (``index`` an int or a tuple of ints, one per batch axis)."""
+    batch = getattr(weights, "batch_shape", None)
+    if batch is None:
+        raise ValueError(f"weights must be batched weights (a weights dataclass), got {type(weights).__name__}")
+    index = (index,) if isinstance(index, int) else index
+    if (not isinstance(index, tuple) or not all(isinstance(i, int) and not isinstance(i, bool) for i in index)
+            or len(index) > len(batch) or any(not -b <= i < b for i, b in zip(index, batch))):
+        raise ValueError(f"index must be ints within the batch shape {batch}, got {index!r}")
+    own = {"w_q": 3, "w_k": 3, "w_v": 3, "w_o": 2, "b_q": 2, "b_k": 2, "b_v": 2, "b_o": 1,   # each tensor's
+           "w_1": 2, "w_2": 2, "b_1": 1, "b_2": 1, "gain": 1, "bias": 1}                    # own axes
+    def take(name: str, t: Tensor) -> Tensor:
+        return t[index] if t.dim() > own[name.rsplit(".", 1)[-1]] else t     # unbatched parts are shared
+    return replace_tensors(weights, {k: take(k, t) for k, t in named_tensors(weights).items()})
 
 
 def sinusoidal_positional_encoding(n: int, d: int, dtype: torch.dtype = torch.float64,

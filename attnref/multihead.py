@@ -53,9 +53,9 @@ class MultiHeadWeights:
         for name, (heads, _, width) in expected.items():
             tensor = getattr(self, name)
             if tuple(tensor.shape[:-3]) != batch or tensor.shape[-3] != heads or tensor.shape[-1] != width:
-                raise ValueError(f"{name} has shape {check.shape_of(tensor)}, expected {batch + (heads,)} + "
-                                 f"(·, {width}) to match w_q {check.shape_of(self.w_q)} and w_v "
-                                 f"{check.shape_of(self.w_v)}")
+                leading = "".join(f"{size}, " for size in batch + (heads,))
+                raise ValueError(f"{name} has shape {check.shape_of(tensor)}, expected ({leading}·, {width}) "
+                                 f"to match w_q {check.shape_of(self.w_q)} and w_v {check.shape_of(self.w_v)}")
         if tuple(self.w_o.shape[:-2]) != batch or self.w_o.shape[-2] != h * d_v:
             raise ValueError(f"w_o has shape {check.shape_of(self.w_o)}, expected {batch} + (h·d_v, d) = "
                              f"{batch + (h * d_v,)} + (·,)")

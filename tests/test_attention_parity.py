@@ -149,8 +149,10 @@ def test_every_attention_returns_an_attention_result(gen):
     results = [attnref.scaled_dot_product_attention(q, k, v), attnref.cosine_attention(q, k, v),
                attnref.linear_attention(q, k, v), attnref.parameter_free_self_attention(q),
                attnref.attention_from_scores(q @ k.transpose(-2, -1), v), attnref.multi_head_attention(q, weights),
-               attnref.multi_head_attention_packed(q, weights), attnref.encoder_layer_with_weights(q, layer),
-               attnref.pre_ln_layer(q, layer), attnref.post_ln_layer(q, layer), attnref.decoder_layer(q, layer),
+               attnref.multi_head_attention_packed(q, weights), attnref.encoder_layer(q, weights=layer),
+               attnref.pre_ln_layer(q, weights=layer), attnref.post_ln_layer(q, weights=layer),
+               attnref.pre_ln_layer(q, weights=layer, causal=True),
+               attnref.stack_layers(q, weights=[layer, layer]),
                sl.token_mixing_linear(v, randn(gen, 3, 5))]
     assert all(isinstance(r, attnref.AttentionResult) for r in results)
 

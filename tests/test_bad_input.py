@@ -146,7 +146,7 @@ def test_no_query_gives_empty_results():
     assert result.output.shape == (0, 2) and result.weights.shape == (0, 3)
     mha = attnref.multi_head_attention(t(0, 8), MultiHeadWeights.random(8, 2))
     assert mha.output.shape == (0, 8) and mha.weights.shape == (2, 0, 0)
-    assert attnref.pre_ln_layer(t(0, 8), attnref.EncoderLayer.random(8, 2, 16)).output.shape == (0, 8)
+    assert attnref.pre_ln_layer(t(0, 8), weights=attnref.EncoderLayer.random(8, 2, 16)).output.shape == (0, 8)
 
 
 def test_layer_norm_of_zero_width():

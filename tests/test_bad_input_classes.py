@@ -91,10 +91,10 @@ def test_feed_forward_given_a_tuple():
 
 def test_stack_layers_given_one_layer():
     layer = attnref.EncoderLayer.random(8, 2, 16)
-    with pytest.raises(ValueError, match=r"layers must be a list or tuple .* got EncoderLayer \(one layer: pass \[layer\]\)"):
-        attnref.stack_layers(t(3, 8), layer)
-    with pytest.raises(ValueError, match=r"layers\[1\] must be an attnref.EncoderLayer, got str"):
-        attnref.stack_layers(t(3, 8), [layer, "layer"])
+    with pytest.raises(ValueError, match=r"weights must be a list or tuple .* got EncoderLayer \(one layer: pass \[layer\]\)"):
+        attnref.stack_layers(t(3, 8), weights=layer)
+    with pytest.raises(ValueError, match=r"weights\[1\] must be an attnref.EncoderLayer, got str"):
+        attnref.stack_layers(t(3, 8), weights=[layer, "layer"])
 
 
 def test_transformer_parameter_count_of_a_name():
@@ -221,9 +221,9 @@ def test_layer_errors_name_x_not_query():
     layer = attnref.EncoderLayer.random(8, 2, 16)
     for run in (attnref.post_ln_layer, attnref.pre_ln_layer, attnref.encoder_layer):
         with pytest.raises(ValueError, match=r"x must have a floating dtype .* got torch.int64"):
-            run(t(3, 8, dtype=torch.int64), layer)
+            run(t(3, 8, dtype=torch.int64), weights=layer)
         with pytest.raises(ValueError, match=r"x has shape \(3, 6\), expected width d = 8 of the layer"):
-            run(t(3, 6), layer)
+            run(t(3, 6), weights=layer)
 
 
 def test_decoder_block_names_ffn_norm_not_gain():
@@ -281,11 +281,11 @@ def _valid_calls():
         ("layer_norm_params", attnref.LayerNormParams, [], {"gain": None, "bias": None, "eps": 1e-5}),
         ("feed_forward", attnref.feed_forward, [x, enc.ffn], {}),
         ("ffn_random", attnref.FeedForward.random, [8, 16], {"activation": "relu", "bias": True}),
-        ("post_ln", attnref.post_ln_layer, [x, enc], {"mask": None, "causal": False}),
-        ("pre_ln", attnref.pre_ln_layer, [x, enc], {"key_mask": None}),
-        ("decoder_layer", attnref.decoder_layer, [x, enc], {"mask": None}),
-        ("stack", attnref.stack_layers, [x, [enc]], {"causal": False, "norm_first": None}),
-        ("encoder_layer", attnref.encoder_layer, [x, enc], {}),
+        ("post_ln", attnref.post_ln_layer, [x], {"weights": enc, "mask": None, "causal": False}),
+        ("pre_ln", attnref.pre_ln_layer, [x], {"weights": enc, "key_mask": None}),
+        ("causal_pre_ln", attnref.pre_ln_layer, [x], {"weights": enc, "mask": None, "causal": True}),
+        ("stack", attnref.stack_layers, [x], {"weights": [enc], "causal": False, "variant": None}),
+        ("encoder_layer", attnref.encoder_layer, [x], {"weights": enc, "variant": "attention + FFN"}),
         ("encoder_random", attnref.EncoderLayer.random, [8, 2, 16], {"norm_first": False}),
         ("sinusoidal", attnref.sinusoidal_positional_encoding, [4, 8], {"dtype": torch.float64}),
         ("attention_count", attnref.attention_parameter_count, [8, 2], {"d_k": None, "bias": True}),

@@ -124,8 +124,8 @@ RELU_ONLY = ('for activation, phi in (("relu", relu_sym), ("gelu", gelu_sym)):',
 
 
 def test_l3_catches_layer_norms_in_the_pre_ln_place(monkeypatch):
-    def pre_ln(x, layer, mask=None, key_mask=None, causal=False):    # bug: LN before each branch
-        return attnref.blocks.pre_ln_layer(x, layer, mask=mask, key_mask=key_mask, causal=causal).output
+    def pre_ln(x, *, weights, mask=None, key_mask=None, causal=False):    # bug: LN before each branch
+        return attnref.blocks.pre_ln_layer(x, weights=weights, mask=mask, key_mask=key_mask, causal=causal)
 
     monkeypatch.setattr(attnref, "encoder_layer", pre_ln)
     verdict, checks = run_section("L3", RELU_ONLY)

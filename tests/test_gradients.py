@@ -15,6 +15,7 @@ A constant row — a zero-padding token — once gave LayerNorm NaN gradients (t
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import fields
 
 import pytest
@@ -119,13 +120,14 @@ def test_gradcheck_sequence_layers(gen):
     check(lambda v, m: sl.token_mixing_linear(v, m).output, x, leaf(gen, 4, 5))
 
 
-@pytest.mark.parametrize("run", [attnref.post_ln_layer, attnref.pre_ln_layer, attnref.decoder_layer],
-                         ids=["post-LN", "pre-LN", "decoder"])
+@pytest.mark.parametrize("run", [attnref.post_ln_layer, attnref.pre_ln_layer,
+                                 functools.partial(attnref.pre_ln_layer, causal=True)],
+                         ids=["post-LN", "pre-LN", "causal pre-LN"])
 def test_gradcheck_layers_with_a_zero_padding_row(gen, run):
     layer = attnref.EncoderLayer.random(4, 2, 6, generator=gen)
     x = torch.cat([randn(gen, 3, 4), torch.zeros(1, 4, dtype=torch.float64)]).requires_grad_()
     key_mask = torch.tensor([True, True, True, False])
-    check(lambda x: run(x, layer, key_mask=key_mask).output, x)
+    check(lambda x: run(x, weights=layer, key_mask=key_mask).output, x)
 
 
 # ------------------------------------------------------------------------------------------
@@ -207,7 +209,7 @@ def test_encoder_layer_gradients_match_torch(gen, norm_first, causal):
     key_mask = torch.tensor([[True] * 5, [True, True, True, True, False]])
     probe = randn(gen, 2, 5, 8)
     layer = requiring_grad(attnref.EncoderLayer.from_torch(module))
-    (attnref.encoder_layer(x_ours, layer, key_mask=key_mask, causal=causal) * probe).sum().backward()
+    (attnref.encoder_layer(x_ours, weights=layer, key_mask=key_mask, causal=causal).output * probe).sum().backward()
     src_mask = torch.ones(5, 5, dtype=torch.bool).triu(1) if causal else None
     (module(x_theirs, src_mask=src_mask, is_causal=causal, src_key_padding_mask=~key_mask) * probe).sum().backward()
     assert_same_gradients(layer, attnref.EncoderLayer.from_torch(grads_of(module)), x_ours, x_theirs)

@@ -195,10 +195,11 @@ def test_attention_probabilities_match_transformers(ours, bert_outputs, models, 
 
 
 def test_layer_is_attnref_encoder_layer(ours, models, batch):
-    """The layer with weights is attnref.encoder_layer (which returns only the output)."""
+    """The layer with weights is attnref.encoder_layer."""
     model, output = models[torch.float64], ours[torch.float64]
     for l in (0, 3):
-        expected = attnref.encoder_layer(output.hidden_states[l], model.layers[l], key_mask=batch.key_mask)
+        expected = attnref.encoder_layer(output.hidden_states[l], weights=model.layers[l],
+                                         key_mask=batch.key_mask).output
         assert (expected - output.hidden_states[l + 1]).abs().max().item() < 1e-12
 
 

@@ -4,12 +4,16 @@ Figures are PNG at 2× resolution on a solid white background (readable in the s
 mode too), with a colour-blind-safe palette. Use :func:`figure` to make one and :func:`show`
 to display and close it, so no cell ends with an expression whose repr holds an address.
 
-Every figure of the book has one width, :data:`DISPLAY_WIDTH` inches (700 px on the page at
+Every figure of the book has one width, :data:`DISPLAY_WIDTH` inches (500 px on the page at
 100 dpi), and is published with that width and no height, so the page scales it with its aspect
-ratio kept (the site's CSS: ``max-width: 100%; height: auto``). Fonts are sized for that width:
-no text is below 9 pt where the page shows the figure at its full width. Long titles are wrapped
-to their axes (or to the figure, for a suptitle) before drawing; constrained layout makes room
-for them. :func:`show` warns about any title, label or legend still outside the figure.
+ratio kept (the site's CSS: ``max-width: 100%; height: auto``): at most 500 px on a laptop, the
+column's 352 px on a 400 px phone screen. Fonts are sized for the phone: no text is below
+:data:`MIN_DISPLAYED_PT` (9 pt, 12 CSS px) where the page shows the figure narrowest
+(:data:`NARROWEST_DISPLAY_PX`), which is 13 pt on a laptop; :func:`show` raises any smaller
+text of a figure (a ``fontsize=8`` legend, an annotation) to :data:`MIN_TEXT_PT` before drawing.
+:func:`displayed_points` computes the size a reader sees. Long titles are wrapped to their axes
+(or to the figure, for a suptitle) before drawing; constrained layout makes room for them.
+:func:`show` warns about any title, label or legend still outside the figure.
 
 With ``ATTNREF_FIGURES=off`` in the environment, :func:`show` closes figures without drawing
 them: the seed re-runs of ``make test`` (assertions only) use it, since drawing is most of a
@@ -32,7 +36,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
 
 STYLE = {
-    "figure.figsize": (7.0, 3.9),
+    "figure.figsize": (5.0, 3.4),
     "figure.dpi": 100,
     "figure.facecolor": "white",
     "axes.facecolor": "white",
@@ -43,16 +47,22 @@ STYLE = {
     "grid.alpha": 0.3,
     "axes.spines.top": False,
     "axes.spines.right": False,
-    # Text sizes for a figure shown at DISPLAY_WIDTH: nothing under 9 pt on the page.
-    "font.size": 10,
-    "axes.titlesize": 10.5,
-    "axes.labelsize": 10,
-    "xtick.labelsize": 9,
-    "ytick.labelsize": 9,
-    "legend.fontsize": 9,
-    "legend.title_fontsize": 9,
-    "figure.titlesize": 11,
-    "figure.labelsize": 10,
+    # Text sizes: nothing under MIN_TEXT_PT (9 pt on the page at the narrowest display width).
+    "font.size": 12.5,
+    "axes.titlesize": 13,
+    "axes.labelsize": 12.5,
+    "xtick.labelsize": 12.5,
+    "ytick.labelsize": 12.5,
+    "legend.fontsize": 12.5,
+    "legend.title_fontsize": 12.5,
+    "figure.titlesize": 13.5,
+    "figure.labelsize": 12.5,
+    "legend.handlelength": 1.5,
+    "legend.handletextpad": 0.5,
+    "legend.labelspacing": 0.3,
+    "legend.columnspacing": 1.0,
+    "legend.borderaxespad": 0.3,
+    "lines.markersize": 5,
     "legend.frameon": False,
     "svg.hashsalt": "attnref",
     "image.cmap": "viridis",
@@ -69,10 +79,32 @@ def use_book_style() -> None:
     set_matplotlib_formats("retina")
 
 
-#: The width of every figure, in inches: 700 px on the page at ``figure.dpi`` = 100.
-DISPLAY_WIDTH = 7.0
-#: Default height of one row of axes, in inches: one panel, and two or more panels side by side.
+#: The width of every figure, in inches: 500 px on the page at ``figure.dpi`` = 100.
+DISPLAY_WIDTH = 5.0
+#: Widths in CSS px at which the book shows a figure: its own width (a laptop's 848 px column
+#: is wider), and the narrowest, the image width in the column of a 400 px wide phone screen
+#: (measured in Chromium: 400 px less the article's 2 × 24 px padding).
+DISPLAY_WIDTHS_PX = {"laptop (1400 px)": 500, "phone (400 px)": 352}
+NARROWEST_DISPLAY_PX = min(DISPLAY_WIDTHS_PX.values())
+#: No text of a figure is smaller than this where the page shows the figure narrowest, in CSS
+#: points (1 pt = 4/3 px).
+MIN_DISPLAYED_PT = 9.0
+#: The figure font size (in the figure's own points) that :func:`show` raises smaller text to.
+MIN_TEXT_PT = 12.5
+#: The width the ``height`` arguments of :func:`figure` were designed for (the book's figures
+#: were 7 in wide); a height is scaled to the display width, 15 % taller for the larger text.
+DESIGN_WIDTH = 7.0
+HEIGHT_SCALE = DISPLAY_WIDTH / DESIGN_WIDTH * 1.15
+#: Default height of one row of axes at :data:`DESIGN_WIDTH`: a single panel, and a row of a figure
+#: with several panels. Two panels side by side leave each half the width: at 9 pt on a phone,
+#: stack them (``nrows=2``) unless they are small images.
 ROW_HEIGHT = {1: 3.9, 2: 3.3}
+
+
+def displayed_points(font_pt: float, display_px: float, figure_width_in: float = DISPLAY_WIDTH) -> float:
+    """The size in CSS points a reader sees of ``font_pt`` text in a figure ``figure_width_in``
+    inches wide shown ``display_px`` CSS px wide (1 CSS pt = 4/3 px, 1 in = 72 pt)."""
+    return font_pt * (display_px * 0.75) / (figure_width_in * 72)
 
 
 def figure(ncols: int = 1, nrows: int = 1, width: float | None = None, height: float | None = None,
@@ -80,17 +112,43 @@ def figure(ncols: int = 1, nrows: int = 1, width: float | None = None, height: f
     """A figure with ``nrows × ncols`` axes in the book's style; returns ``(fig, axes)``.
 
     The figure is always :data:`DISPLAY_WIDTH` inches wide (one display width for the whole book,
-    so its text has the same size on the page as in every other figure). ``height`` is in inches;
-    when ``width`` is given too, the pair only sets the aspect ratio (the height is scaled by
-    ``DISPLAY_WIDTH / width``). Without a height, each row of axes gets :data:`ROW_HEIGHT`.
+    so its text has the same size on the page as in every other figure). ``height`` is in inches
+    of a figure :data:`DESIGN_WIDTH` wide, scaled by :data:`HEIGHT_SCALE`; when ``width`` is given
+    too, the pair sets the aspect ratio before that 15 % stretch. Without a height, each row of
+    axes gets :data:`ROW_HEIGHT`.
     """
     use_book_style()
     if height is None:
-        height = ROW_HEIGHT[min(ncols, 2)] * nrows
+        height = ROW_HEIGHT[1 if ncols * nrows == 1 else 2] * nrows
     elif width is not None:
-        height = height * DISPLAY_WIDTH / width
+        height = height * DESIGN_WIDTH / width
     subplots_kw.setdefault("layout", "constrained")
-    return plt.subplots(nrows, ncols, figsize=(DISPLAY_WIDTH, height), **subplots_kw)
+    return plt.subplots(nrows, ncols, figsize=(DISPLAY_WIDTH, height * HEIGHT_SCALE), **subplots_kw)
+
+
+def legend_below(fig, axes=None, ncols: int = 1, **legend_kw):
+    """One legend for ``axes`` (default: every axes of ``fig``) under the figure, outside the
+    data: at the book's text size a legend inside a panel covers a third of it. Entries with the
+    same label are shown once."""
+    axes = fig.axes if axes is None else (axes if isinstance(axes, (list, tuple)) else [axes])
+    entries = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    return fig.legend(list(entries.values()), list(entries), loc="outside lower center", ncols=ncols,
+                      **legend_kw)
+
+
+def raise_small_text(fig) -> int:
+    """Raise every text of ``fig`` smaller than :data:`MIN_TEXT_PT` to it; returns how many."""
+    from matplotlib.text import Text
+
+    raised = 0
+    for text in fig.findobj(Text):
+        if text.get_text() and text.get_fontsize() < MIN_TEXT_PT:
+            text.set_fontsize(MIN_TEXT_PT)
+            raised += 1
+    return raised
 
 
 _MATH = re.compile(r"(\$[^$]*\$)")
@@ -229,7 +287,8 @@ FIGURES_VARIABLE = "ATTNREF_FIGURES"
 def show(fig) -> None:
     """Display ``fig`` in the notebook as a compact PNG (:func:`png_bytes`) and close it.
 
-    Long titles are wrapped first (:func:`fit_titles`). The PNG is published with its display
+    Text below :data:`MIN_TEXT_PT` is raised to it and long titles are wrapped first
+    (:func:`raise_small_text`, :func:`fit_titles`). The PNG is published with its display
     width only (at most :data:`DISPLAY_WIDTH` inches at ``figure.dpi``) and no height: the page
     scales it with its aspect ratio kept. A title, label or legend outside the figure raises a
     warning. The plain-text part of the output is matplotlib's usual ``<Figure size … with N Axes>``.
@@ -246,6 +305,7 @@ def show(fig) -> None:
         return
     import base64
 
+    raise_small_text(fig)
     fit_titles(fig)
     data, width, _ = png_bytes(fig)
     clipped = clipped_texts(fig)
