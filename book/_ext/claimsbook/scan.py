@@ -272,3 +272,17 @@ def scan_book(root: Path) -> Book:
 
 
 # ---------------------------------------------------------------------------------------------
+
+
+_BOOKS: dict[tuple, Book] = {}
+
+
+def cached_scan_book(root: Path) -> Book:
+    """``scan_book(root)``, read once per state of the notebooks (the build needs it for every
+    chapter page, generated page and verdict box; each scan reads every notebook). Do not modify
+    the result."""
+    key = (str(root), *((str(p), p.stat().st_mtime_ns) for p in notebook_paths(root)))
+    if key not in _BOOKS:
+        _BOOKS.clear()
+        _BOOKS[key] = scan_book(root)
+    return _BOOKS[key]

@@ -10,7 +10,7 @@ from .index import render_headline, render_index
 from .pages import (ANSWERS_PATH, chapter_number, inject_into_notebook, last_notebooks, load_answers,
                     problems as answer_problems, render_answers_page, render_chapter_end, render_chapter_top)
 from .report import REPORT_PATH, load_report, render_report
-from .scan import notebook_paths, scan_book
+from .scan import cached_scan_book as _scan, notebook_paths
 from .verdicts import _verdict_directive
 
 #: Where the generated markdown goes: a fenced placeholder block with an optional argument.
@@ -39,7 +39,7 @@ def source_read(app, docname: str, source: list[str]) -> None:
         return
     from sphinx.util import logging
     logger = logging.getLogger(__name__)
-    book = scan_book(root)
+    book = _scan(root)
     for path in notebook_paths(root):
         app.env.note_dependency(str(path))
     app.env.note_dependency(str(root / ANSWERS_PATH))
@@ -67,7 +67,7 @@ def source_read(app, docname: str, source: list[str]) -> None:
 def chapter_page(root: Path, app, docname: str, text: str) -> str:
     """A chapter notebook's JSON text with its verdict table after the title and, on a chapter's
     last page, the answer to its thread (the notebook file itself is not changed)."""
-    book = scan_book(root)
+    book = _scan(root)
     answers = load_answers(root)
     for path in notebook_paths(root):
         app.env.note_dependency(str(path))
@@ -83,7 +83,7 @@ def check_verdicts(app) -> None:
     short answer or reason written for another verdict than the one recorded."""
     from sphinx.util import logging
     logger = logging.getLogger(__name__)
-    book = scan_book(_root(app))
+    book = _scan(_root(app))
     for problem in book.problems():
         logger.warning(f"claims index: {problem}")
     for problem in answer_problems(book, load_answers(_root(app))):

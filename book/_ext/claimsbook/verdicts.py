@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from .markup import _badge, _container, _table, inline
-from .scan import VerdictOutput, registry, scan_notebook
+from .scan import VerdictOutput, cached_scan_book, registry, scan_notebook
 
 
 #: An equation label in a check's text (``eq-q1-hessian``), shown as its number through ``{eq}``.
@@ -59,32 +59,25 @@ def render_verdict_box(v: VerdictOutput, math_labels=()) -> str:
     return "\n".join([head, "", *fold] + (["", inline(sentence)] if sentence else []))
 
 
-def _verdicts_of_document(path: Path) -> dict[tuple[str, str | None], VerdictOutput]:
-    """The verdict outputs stored in the notebook ``path`` (read at parse time), by (ID, model)."""
+def _root_of(path: Path) -> Path:
     root = path.parent
     while root != root.parent and not (root / "_toc.yml").exists():
         root = root.parent
-    scan = scan_notebook(path, root)
+    return root
+
+
+def _verdicts_of_document(path: Path) -> dict[tuple[str, str | None], VerdictOutput]:
+    """The verdict outputs stored in the notebook ``path`` (read at parse time), by (ID, model)."""
+    root = _root_of(path)
+    notebook = path.relative_to(root).with_suffix("").as_posix()
+    scan = cached_scan_book(root).scan_of(notebook) or scan_notebook(path, root)
     return {(v.id, v.model): v for v in scan.verdicts}
 
 
 def _math_labels_of_book(path: Path) -> list[str]:
     """The labels of every numbered equation in the book's notebooks (a check may cite another
     section's equation)."""
-    from .scan import notebook_paths
-    root = path.parent
-    while root != root.parent and not (root / "_toc.yml").exists():
-        root = root.parent
-    labels = []
-    for notebook in notebook_paths(root):
-        key = (str(notebook), notebook.stat().st_mtime_ns)
-        if key not in _LABELS_CACHE:
-            _LABELS_CACHE[key] = scan_notebook(notebook, root).math_labels
-        labels += _LABELS_CACHE[key]
-    return labels
-
-
-_LABELS_CACHE: dict[tuple[str, int], list[str]] = {}
+    return [label for s in cached_scan_book(_root_of(path)).scans for label in s.math_labels]
 
 
 def _verdict_directive():
