@@ -140,7 +140,7 @@ async def _measure(site: Path) -> dict:
                     " badges: document.querySelectorAll('.answer-card .sd-badge').length,"
                     " scrollWidth: document.documentElement.scrollWidth, viewport: window.innerWidth})")
                 await page.screenshot(path=str(shots / f"answers-{width}.png"))
-                for chapter in CHAPTERS:
+                for chapter in CHAPTERS if width == DESKTOP else CHAPTERS[1:2]:   # the phone: one chapter
                     await page.goto(base + chapter + ".html", wait_until="load")
                     facts[(chapter, width)] = await page.evaluate(CHAPTER_FACTS)
                     if chapter == CHAPTERS[1]:
@@ -197,7 +197,9 @@ def test_chapter_opens_with_its_verdicts_and_folds_its_evidence(facts, chapter) 
     assert all(re.fullmatch(r"\d+/\d+ checks ✓( · \d+ ✗)?", s) for s in f["summaries"]), f["summaries"]
     assert f["firstHeader"] == "Passed", f"the ✓ column is not first: {f['firstHeader']!r}"
     assert f["eqLabels"] == 0, "an evidence row shows an equation label instead of its number"
-    assert facts[(chapter, PHONE)]["tables"] == 1
+    if (chapter, PHONE) in facts:
+        phone = facts[(chapter, PHONE)]
+        assert phone["tables"] == 1 and phone["scrollWidth"] <= phone["viewport"], phone
 
 
 def test_every_chapter_ends_with_the_answer_to_its_thread(facts) -> None:
