@@ -139,8 +139,8 @@ def test_l3_catches_epsilon_outside_the_square_root(monkeypatch):
 
 
 def test_l3_catches_an_inverted_padding_mask():
-    verdict, checks = run_section("L3", ("key_mask=key_mask)     # True = real key",
-                                         "key_mask=~key_mask | ~key_mask.any(-1, keepdim=True))"))
+    verdict, checks = run_section("L3", ("key_mask=key_mask).output   # True = real key",
+                                         "key_mask=~key_mask | ~key_mask.any(-1, keepdim=True)).output"))
     assert_caught("L3", verdict, checks, "attnref.encoder_layer − torch")
 
 

@@ -5,6 +5,7 @@ A derivation cell ends with one of these instead of a bare sympy expression, a t
 * :func:`equation` shows ``lhs = rhs`` with a long sum broken into lines (``aligned``), so no
   display is wider than the column of a phone (:data:`LINE_CHARS`);
 * :func:`equations` shows several named results, one per line, aligned at ``=``;
+* :func:`array` shows a small table of results (one row per case);
 * :func:`sentence` shows a line of Markdown (a count, a conclusion).
 
 They only display; the checks stay in the cell's recorder calls (``claims.Evidence``).
@@ -116,3 +117,12 @@ def sentence(markdown: str) -> None:
     from IPython.display import Markdown, display
 
     display(Markdown(markdown))
+
+
+def array(header: list[str], rows: list[list[object]]) -> None:
+    """Display a small table of results as a typeset array (cells LaTeX strings or sympy)."""
+    from IPython.display import Math, display
+
+    cell = lambda value: value if isinstance(value, str) else sp.latex(value, ln_notation=True)
+    body = " & ".join(header) + r" \\ \hline " + r" \\ ".join(" & ".join(map(cell, row)) for row in rows)
+    display(Math(r"\begin{array}{l" + "c" * (len(header) - 1) + "}" + body + r"\end{array}"))
