@@ -1,16 +1,26 @@
-"""make experiments: train every variant of chapter 8 (E1–E5) and write data/experiments/e*.json.
+"""make experiments: train every variant of chapter 8's plan (E1–E7) and write data/experiments/e*.json.
 
-Phase 1 trains each setting once per learning rate of the grid on the tuning seed and keeps the
-best (held-out accuracy, then loss); phase 2 trains each setting with its learning rate on every
-comparison seed. One thread per process, at most 2 worker processes; a progress bar per run.
+The plan is data/experiments/plan.toml (committed before the runs; its sha256 goes into every
+result file). Per experiment, phase 1 trains each setting once per learning rate of the plan's grid
+on the tuning seed and keeps the best (held-out accuracy, then loss); a best value at an edge of the
+grid widens it once (× 3 or ÷ 3) and the file records whether the choice is still at an edge.
+Phase 2 trains each setting with its learning rate on every comparison seed. One thread per
+process, at most 2 worker processes, one progress bar over all runs.
 
     python tools/run_experiments.py [--jobs 2] [--only E1,E3] [--out data/experiments]
+                                    [--device cpu|cuda] [--shard i/k]
+    python tools/run_experiments.py --merge DIR [DIR ...] --out data/experiments
+    python tools/run_experiments.py --pilot          # calibration on the plan's pilot seeds
+
+``--shard i/k`` runs the settings whose position in the plan's order is ≡ i (mod k) — tuning and
+comparison of a setting stay in one shard — and writes ``e*.json`` holding those settings only;
+``--merge`` joins the shards' files into the files one process would have written (the settings in
+the plan's order). ``--device cuda`` trains on the GPU (recorded in every run; an error if torch
+sees none).
 
 ``--recheck``: re-train every comparison run of the stored experiments (``--only``; the learning
 rates the stored files chose, no tuning) and write files of the same form to ``--out``. `make
-experiments` runs it under torch's portable CPU kernels (``ATEN_CPU_CAPABILITY=default``, MKL at
-SSE4.2) into ``data/experiments/portable/``: chapter 8 decides every verdict on both and shows that
-the kernel path changes none.
+experiments-recheck` runs it under torch's portable CPU kernels into data/experiments/portable/.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ import json
 import multiprocessing as mp
 import os
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -32,49 +43,226 @@ from tqdm import tqdm  # noqa: E402
 
 from attnref.book import provenance  # noqa: E402
 from attnref.training import experiments as ex  # noqa: E402
-from attnref.training.train import attnref_source_hash, train, training_code_hash  # noqa: E402
+from attnref.training.train import attnref_source_hash, resolve_device, train, training_code_hash  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-_slot = None
-
-
-def _init(slots) -> None:
-    global _slot
-    with slots.get_lock():
-        _slot = slots.value
-        slots.value += 1
+DEVICE = "cpu"
+# Fields of a result that depend on the process and the clock, not on the computation (ignored
+# when shards are compared with a single run).
+VOLATILE = ("seconds", "cpu_seconds", "run_seconds", "machine", "shard")
 
 
 def _job(job):
     key, setting, seed, lr = job
-    label = f"{setting.experiment} {setting.group} {setting.variant} seed {seed} lr {lr:g}"
-    bar = tqdm(total=setting.run(seed, lr).steps, desc=label[:48].ljust(48), position=_slot or 0,
-               leave=False, mininterval=2.0, file=sys.stderr, dynamic_ncols=True)
-
-    def progress(step, total):
-        bar.update(1)
-
-    record = train(setting.run(seed, lr), progress=progress)
-    bar.close()
-    return key, record
+    return key, train(setting.run(seed, lr), device=DEVICE)
 
 
 def _cost(job) -> float:
     _, setting, _, _ = job
-    return setting.spec.layers * (setting.n + 1 + 16) * (1 if setting.spec.body == "attention" else 0.3)
+    width = 1 if setting.spec.body == "attention" else 0.3
+    return setting.steps * setting.spec.layers * (setting.n + 1 + 16) * width
 
 
-def _map(pool, jobs, title):
+def _map(pool, jobs, bar):
     jobs = sorted(jobs, key=_cost, reverse=True)
     out = {}
-    start = time.perf_counter()
     iterator = pool.imap_unordered(_job, jobs) if pool else map(_job, jobs)
-    for i, (key, record) in enumerate(iterator, 1):
+    for key, record in iterator:
         out[key] = record
-        acc = next(iter(record["eval"].values()))["accuracy"]
-        tqdm.write(f"[{title} {i}/{len(jobs)}] {' '.join(map(str, key))}: accuracy {acc:.3f}, "
-                   f"{record['seconds']:.1f} s (elapsed {time.perf_counter() - start:.0f} s)", file=sys.stderr)
+        bar.update(1)
     return out
+
+
+def _pool(jobs):
+    if jobs <= 1:
+        return None
+    return mp.get_context("fork").Pool(jobs)
+
+
+def _selected(args) -> list[str]:
+    chosen = [s.strip().upper() for s in args.only.split(",") if s.strip()]
+    return chosen or list(ex.IDS)
+
+
+def _shard(text: str | None) -> tuple[int, int]:
+    if not text:
+        return 0, 1
+    try:
+        i, k = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise SystemExit(f"--shard must be i/k with 0 ≤ i < k, got {text!r}") from None
+    if not 0 <= i < k:
+        raise SystemExit(f"--shard must be i/k with 0 ≤ i < k, got {text!r}")
+    return i, k
+
+
+def _header(e: str, plan: dict, plan_sha: str) -> dict:
+    design = plan["design"]
+    return {"experiment": e, "plan_sha256": plan_sha, "training_code_hash": training_code_hash(),
+            "attnref_source_hash": attnref_source_hash(), "torch_version": torch.__version__,
+            "python_version": platform.python_version(), "device": DEVICE,
+            "machine": provenance.machine(), "seeds": list(design["comparison_seeds"]),
+            "tuning_seed": design["tuning_seed"], "lr_grid": list(design["lr_grid"]),
+            "batch": design["batch"], "task": dict(plan[e]["task"]), "delta": plan[e]["delta"],
+            "baseline": plan[e]["baseline"]}
+
+
+def _best(records: dict, n: int):
+    return max(records.items(), key=lambda t: (t[1]["eval"][str(n)]["accuracy"], -t[1]["eval"][str(n)]["loss"]))[0]
+
+
+def run(args) -> int:
+    plan_file = Path(args.plan)
+    plan = ex.load_plan(plan_file)
+    plan_sha = ex.plan_hash(plan_file)
+    all_settings = ex.settings(plan, steps=args.steps)
+    chosen = _selected(args)
+    i_shard, k_shard = _shard(args.shard)
+    design = plan["design"]
+    seeds, tuning_seed = design["comparison_seeds"], design["tuning_seed"]
+    grid = sorted(design["lr_grid"])
+    # the settings this shard runs: position in the plan's order (over every experiment) ≡ i mod k
+    order = [(e, j) for e in ex.IDS if e in all_settings for j in range(len(all_settings[e]))]
+    mine = {pos for pos, key in enumerate(order) if pos % k_shard == i_shard}
+    mine = {order[pos] for pos in mine}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    total_runs = sum(len(seeds) + (0 if s.lr is not None else len(grid)) for e in chosen
+                     for j, s in enumerate(all_settings[e]) if (e, j) in mine)
+    bar = tqdm(total=total_runs, desc="make experiments", unit="run", file=sys.stderr,
+               mininterval=2.0, dynamic_ncols=True)
+    pool = _pool(max(1, min(2, args.jobs)))
+    count = 0
+    try:
+        for e in chosen:                  # one experiment at a time: its file is written when done
+            ss = [(j, s) for j, s in enumerate(all_settings[e]) if (e, j) in mine]
+            if not ss:
+                continue
+            n_of = {j: s.n for j, s in ss}
+            tuned = _map(pool, [((e, j, lr), s, tuning_seed, lr) for j, s in ss if s.lr is None for lr in grid], bar)
+            count += len(tuned)
+            best, edge, extra = {}, {}, {}
+            for j, s in ss:                                    # a best value at an edge widens the grid once
+                if s.lr is None:
+                    choice = _best({lr: tuned[(e, j, lr)] for lr in grid}, s.n)
+                    if choice in (grid[0], grid[-1]):
+                        extra[j] = choice / 3 if choice == grid[0] else choice * 3
+            bar.total += len(extra)
+            tuned.update(_map(pool, [((e, j, lr), s, tuning_seed, lr) for j, s in ss if j in extra
+                                     for lr in (extra[j],)], bar))
+            count += len(extra)
+            for j, s in ss:
+                if s.lr is not None:
+                    best[j], edge[j] = s.lr, None
+                    continue
+                records = {lr: tuned[(e, j_, lr)] for (e_, j_, lr) in tuned if (e_, j_) == (e, j)}
+                best[j] = _best(records, s.n)
+                edge[j] = best[j] in (min(records), max(records))
+            runs = _map(pool, [((e, j, seed), s, seed, best[j]) for j, s in ss for seed in seeds], bar)
+            count += len(runs)
+            data = {**_header(e, plan, plan_sha), "shard": f"{i_shard}/{k_shard}", "settings": [{
+                "variant": s.variant, "group": s.group, "n": s.n, "steps": s.steps, "lr": best[j],
+                "lr_tuned": s.lr is None, "lr_at_edge": edge[j],
+                "tuning": [{"lr": lr, **tuned[(e, j, lr)]["eval"][str(n_of[j])]}
+                           for lr in sorted(lr for (e_, j_, lr) in tuned if (e_, j_) == (e, j))],
+                "runs": [runs[(e, j, seed)] for seed in seeds],
+            } for j, s in ss]}
+            data["run_seconds"] = round(time.perf_counter() - start, 1)
+            path = out / f"{e.lower()}.json"
+            path.write_text(json.dumps(data, indent=1) + "\n")
+            tqdm.write(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path} "
+                       f"({(time.perf_counter() - start) / 60:.1f} min so far)", file=sys.stderr)
+    finally:
+        bar.close()
+        if pool:
+            pool.close()
+            pool.join()
+    total = time.perf_counter() - start
+    print(f"make experiments: {count} runs in {total / 60:.1f} min on {DEVICE} "
+          f"({max(1, min(2, args.jobs))} worker process(es); load average {os.getloadavg()[0]:.1f})")
+    return 0
+
+
+def merge(args) -> int:
+    """Join the shards' files: the settings of every shard in the plan's order."""
+    plan = ex.load_plan(args.plan)
+    order = {e: [(s.variant, s.group) for s in ss] for e, ss in ex.settings(plan).items()}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for e in _selected(args):
+        parts = [json.loads((Path(d) / f"{e.lower()}.json").read_text())
+                 for d in args.merge if (Path(d) / f"{e.lower()}.json").exists()]
+        if not parts:
+            continue
+        hashes = {(p["plan_sha256"], p["training_code_hash"]) for p in parts}
+        if len(hashes) != 1:
+            raise SystemExit(f"{e}: the shards were made under different plans or training code: {sorted(hashes)}")
+        found = {(s["variant"], s["group"]): s for p in parts for s in p["settings"]}
+        missing = [k for k in order[e] if k not in found]
+        if missing:
+            raise SystemExit(f"{e}: no shard has the settings {missing}")
+        data = {**parts[0], "shard": f"merged from {len(parts)}",
+                "run_seconds": max(p.get("run_seconds", 0) for p in parts),
+                "settings": [found[k] for k in order[e]]}
+        (out / f"{e.lower()}.json").write_text(json.dumps(data, indent=1) + "\n")
+        print(f"merged {len(parts)} shard file(s) into {out / f'{e.lower()}.json'}")
+    return 0
+
+
+def pilot(args) -> int:
+    """The pilot: each experiment's baseline and treatment on the pilot seeds at the middle learning
+    rate of the grid, with the held-out accuracy every 25 steps; writes pilot.json."""
+    plan = ex.load_plan(args.plan)
+    design = plan["design"]
+    grid = sorted(design["lr_grid"])
+    lr_mid = grid[len(grid) // 2]
+    steps = args.steps or 300
+    every = 25
+    jobs = []
+    for e, ss in ex.settings(plan, steps=steps).items():
+        if e not in _selected(args):
+            continue
+        first = ss[0].group
+        for s in ss:
+            if s.group == first and s.variant in (plan[e]["baseline"], plan[e]["treatment"]):
+                s = ex.Setting(**{**s.__dict__, "checkpoints": tuple(range(every, s.steps + 1, every))})
+                for seed in design["pilot_seeds"]:
+                    jobs.append(((e, s.variant, seed), s, seed, s.lr or lr_mid))
+    bar = tqdm(total=len(jobs), desc="pilot", unit="run", file=sys.stderr, mininterval=2.0)
+    pool = _pool(max(1, min(2, args.jobs)))
+    start = time.perf_counter()
+    try:
+        runs = _map(pool, jobs, bar)
+    finally:
+        bar.close()
+        if pool:
+            pool.close()
+            pool.join()
+    data = {"plan_draft_sha256": ex.plan_hash(args.plan), "training_code_hash": training_code_hash(),
+            "machine": provenance.machine(), "lr": lr_mid, "steps": steps, "every": every,
+            "seconds": round(time.perf_counter() - start, 1), "runs": [
+                {"experiment": e, "variant": v, "seed": seed, "lr": runs[(e, v, seed)]["config"]["lr"],
+                 "checkpoints": runs[(e, v, seed)].get("checkpoints", {}),
+                 "eval": runs[(e, v, seed)]["eval"], "attention": runs[(e, v, seed)].get("attention"),
+                 "seconds": runs[(e, v, seed)]["seconds"]}
+                for (e, v, seed) in sorted(runs)]}
+    path = Path(args.out) / "pilot.json"
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"wrote {path} ({data['seconds'] / 60:.1f} min)")
+    for e in ex.IDS:
+        rows = [r for r in data["runs"] if r["experiment"] == e]
+        if not rows:
+            continue
+        base = [r for r in rows if r["variant"] == plan[e]["baseline"]]
+        treat = {r["seed"]: r for r in rows if r["variant"] == plan[e]["treatment"]}
+        for step in sorted({int(k) for r in rows for k in r["checkpoints"]}):
+            b = [r["checkpoints"][str(step)] for r in base]
+            d = [treat[r["seed"]]["checkpoints"][str(step)] - r["checkpoints"][str(step)] for r in base]
+            print(f"{e} step {step}: baseline {statistics.mean(b):.3f} "
+                  f"[{min(b):.3f}, {max(b):.3f}], paired diff mean {statistics.mean(d):+.3f} "
+                  f"sd {statistics.stdev(d):.3f}")
+    return 0
 
 
 def recheck(args) -> int:
@@ -82,101 +270,67 @@ def recheck(args) -> int:
     from attnref.training import results
 
     start = time.perf_counter()
-    chosen = [s.strip().upper() for s in args.only.split(",") if s.strip()] or ["E1", "E4", "E5"]
+    chosen = [s.strip().upper() for s in args.only.split(",") if s.strip()] or ["E1", "E5"]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    jobs = max(1, min(2, args.jobs))
-    ctx = mp.get_context("fork")
-    pool = ctx.Pool(jobs, initializer=_init, initargs=(ctx.Value("i", 0),)) if jobs > 1 else None
+    plan = ex.load_plan(args.plan)
     print(f"recheck on torch's {torch.backends.cpu.get_cpu_capability()} kernels "
           f"(MKL_ENABLE_INSTRUCTIONS={os.environ.get('MKL_ENABLE_INSTRUCTIONS', 'unrestricted')})", flush=True)
+    stored = {e: results.load(e, args.stored) for e in chosen}
+    jobs_ = []
+    for e in chosen:
+        for j, s in enumerate(ex.settings(plan)[e]):
+            lr = results.setting(stored[e], s.variant, s.group)["lr"]
+            jobs_ += [((e, j, seed), s, seed, lr) for seed in stored[e]["seeds"]]
+    bar = tqdm(total=len(jobs_), desc="recheck", unit="run", file=sys.stderr, mininterval=2.0)
+    pool = _pool(max(1, min(2, args.jobs)))
     try:
-        for e in chosen:
-            stored = results.load(e, args.stored)
-            settings = ex.settings()[e]
-            lrs = {(s.variant, s.group): results.setting(stored, s.variant, s.group)["lr"] for s in settings}
-            jobs_ = [((e, i, seed), s, seed, lrs[(s.variant, s.group)])
-                     for i, s in enumerate(settings) for seed in stored["seeds"]]
-            runs = _map(pool, jobs_, f"{e} recheck")
-            data = {**{k: v for k, v in stored.items() if k != "settings"},
-                    "recheck_of": "data/experiments", "machine": provenance.machine(),
-                    "torch_version": torch.__version__, "python_version": platform.python_version(),
-                    "settings": [{**{k: v for k, v in results.setting(stored, s.variant, s.group).items()
-                                     if k != "runs"},
-                                  "runs": [runs[(e, i, seed)] for seed in stored["seeds"]]}
-                                 for i, s in enumerate(settings)]}
-            path = out / f"{e.lower()}.json"
-            path.write_text(json.dumps(data, indent=1) + "\n")
-            print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}", flush=True)
+        runs = _map(pool, jobs_, bar)
     finally:
+        bar.close()
         if pool:
             pool.close()
             pool.join()
-    print(f"recheck: {(time.perf_counter() - start) / 60:.1f} min")
+    for e in chosen:
+        settings = ex.settings(plan)[e]
+        data = {**{k: v for k, v in stored[e].items() if k != "settings"},
+                "recheck_of": "data/experiments", "machine": provenance.machine(),
+                "torch_version": torch.__version__, "python_version": platform.python_version(),
+                "settings": [{**{k: v for k, v in results.setting(stored[e], s.variant, s.group).items()
+                                 if k != "runs"},
+                              "runs": [runs[(e, j, seed)] for seed in stored[e]["seeds"]]}
+                             for j, s in enumerate(settings)]}
+        path = out / f"{e.lower()}.json"
+        path.write_text(json.dumps(data, indent=1) + "\n")
+        print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}", flush=True)
+    print(f"recheck: {len(jobs_)} runs in {(time.perf_counter() - start) / 60:.1f} min")
     return 0
 
 
 def main(argv=None) -> int:
+    global DEVICE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--only", default="", help="comma-separated experiment IDs (default: all)")
     parser.add_argument("--out", default=str(ROOT / "data" / "experiments"))
+    parser.add_argument("--plan", default=str(ex.PLAN))
     parser.add_argument("--steps", type=int, default=None, help="a smoke test: fewer steps (not the book's data)")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda: where to train (recorded)")
+    parser.add_argument("--shard", default=None, help="i/k: run the i-th of k shards of the settings")
+    parser.add_argument("--merge", nargs="+", default=None, help="directories of shard outputs to join into --out")
+    parser.add_argument("--pilot", action="store_true", help="the calibration pilot on the plan's pilot seeds")
     parser.add_argument("--recheck", action="store_true",
                         help="re-train the comparison runs of the files in --stored with their learning rates")
     parser.add_argument("--stored", default=str(ROOT / "data" / "experiments"))
     args = parser.parse_args(argv)
+    DEVICE = resolve_device(args.device).type if args.device else "cpu"
+    if args.merge:
+        return merge(args)
+    if args.pilot:
+        return pilot(args)
     if args.recheck:
         return recheck(args)
-    if args.steps is not None:
-        ex.STEPS = args.steps
-    jobs = max(1, min(2, args.jobs))
-    all_settings = ex.settings()
-    # cheapest first: a run cut short by a deadline still leaves the finished experiments' files
-    chosen = [s.strip().upper() for s in args.only.split(",") if s.strip()] or ["E1", "E5", "E3", "E4", "E2"]
-    settings = {e: all_settings[e] for e in chosen}
-    start = time.perf_counter()
-    hashes = {"training_code_hash": training_code_hash(), "attnref_source_hash": attnref_source_hash()}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    ctx = mp.get_context("fork")
-    pool = ctx.Pool(jobs, initializer=_init, initargs=(ctx.Value("i", 0),)) if jobs > 1 else None
-    count = 0
-    try:
-        for e, ss in settings.items():      # one experiment at a time: its file is written when done
-            tuning_jobs = [((e, i, lr), s, ex.TUNING_SEED, lr) for i, s in enumerate(ss) for lr in ex.LR_GRID]
-            tuned = _map(pool, tuning_jobs, f"{e} tuning")
-            best = {}
-            for i, s in enumerate(ss):
-                scores = [(tuned[(e, i, lr)]["eval"][str(s.n)], lr) for lr in ex.LR_GRID]
-                best[i] = max(scores, key=lambda t: (t[0]["accuracy"], -t[0]["loss"]))[1]
-            comparison_jobs = [((e, i, seed), s, seed, best[i]) for i, s in enumerate(ss) for seed in ex.SEEDS]
-            runs = _map(pool, comparison_jobs, f"{e} comparison")
-            count += len(tuning_jobs) + len(comparison_jobs)
-            data = {
-                "experiment": e, **hashes, "torch_version": torch.__version__,
-                "python_version": platform.python_version(), "seeds": list(ex.SEEDS),
-                "machine": provenance.machine(),
-                "tuning_seed": ex.TUNING_SEED, "lr_grid": list(ex.LR_GRID), "steps": ex.STEPS,
-                "batch": ex.BATCH, "task": {"keys": ex.TASK.keys, "values": ex.TASK.values},
-                "settings": [{
-                    "variant": s.variant, "group": s.group, "n": s.n, "lr": best[i],
-                    "tuning": [{"lr": lr, **tuned[(e, i, lr)]["eval"][str(s.n)]} for lr in ex.LR_GRID],
-                    "runs": [runs[(e, i, seed)] for seed in ex.SEEDS],
-                } for i, s in enumerate(ss)],
-            }
-            path = out / f"{e.lower()}.json"
-            path.write_text(json.dumps(data, indent=1) + "\n")
-            print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path} "
-                  f"({(time.perf_counter() - start) / 60:.1f} min so far)", flush=True)
-    finally:
-        if pool:
-            pool.close()
-            pool.join()
-    total = time.perf_counter() - start
-    print(f"make experiments: {count} runs in {total / 60:.1f} min "
-          f"({jobs} worker process(es); load average {os.getloadavg()[0]:.1f})")
-    return 0
+    return run(args)
 
 
 if __name__ == "__main__":

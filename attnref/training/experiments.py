@@ -1,26 +1,53 @@
-r"""The five experiments of chapter 8: which variants, on which settings, with which budget.
+r"""The seven experiments of chapter 8, read from the committed plan ``data/experiments/plan.toml``.
 
-Every variant of an experiment gets the same step budget, batch and data; its learning rate is
-chosen on :data:`LR_GRID` by held-out accuracy on :data:`TUNING_SEED` (not a comparison seed);
-the comparison runs use :data:`SEEDS`, paired by seed (same data order, same initial weights where
-the shapes agree).
+The plan fixes, per claim, the task, the step budget (calibrated on pilot seeds so that the
+baseline sits off the ceiling and off chance), the primary metric, the smallest effect that counts,
+the baseline and the variants. Every variant of an experiment gets the same budget, batch and
+data; its learning rate is chosen on the plan's grid by held-out accuracy on the tuning seed (not a
+comparison seed; an edge choice widens the grid once); the comparison runs use the plan's
+comparison seeds, paired by seed (same data order, same initial weights where the shapes agree).
+Every result file stores :func:`plan_hash`, the sha256 of the plan file.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import hashlib
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 
 from attnref.training.models import Spec
 from attnref.training.tasks import RecallTask
 from attnref.training.train import Run
 
-SEEDS = (0, 1, 2, 3, 4)
-TUNING_SEED = 1000
-LR_GRID = (3e-3, 1e-2)
-STEPS = 250
-BATCH = 64
-TASK = RecallTask(keys=64, values=16)
-BASE = Spec(d=32, h=2, layers=1, d_ff=64)
+ROOT = Path(__file__).resolve().parents[2]
+PLAN = ROOT / "data" / "experiments" / "plan.toml"
+IDS = ("E1", "E2", "E3", "E4", "E5", "E6", "E7")
+_SPEC_FIELDS = {f.name for f in fields(Spec)}
+
+
+def plan_path() -> Path:
+    """The plan file (``data/experiments/plan.toml``; for the download bundle's notebooks, under
+    the working directory or its parent)."""
+    for candidate in (PLAN, Path.cwd() / "data" / "experiments" / "plan.toml",
+                      Path.cwd().parent / "data" / "experiments" / "plan.toml"):
+        if candidate.is_file():
+            return candidate
+    return PLAN
+
+
+def plan_hash(path: Path | str | None = None) -> str:
+    """sha256 (hex) of the plan file's bytes."""
+    return hashlib.sha256(Path(path or plan_path()).read_bytes()).hexdigest()
+
+
+def load_plan(path: Path | str | None = None) -> dict:
+    """The plan as a dictionary (``ValueError`` naming the file if it is not valid TOML)."""
+    path = Path(path or plan_path())
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as error:
+        raise ValueError(f"{path.name} is not valid TOML: {error}") from None
 
 
 @dataclass(frozen=True)
@@ -28,24 +55,63 @@ class Setting:
     """One variant in one setting (e.g. ReLU after Add & Norm at depth 4)."""
 
     experiment: str     # "E1" …
-    variant: str        # the name the notebook uses
-    group: str          # the setting shared by the variants compared ("n = 16", "depth 4", …)
+    variant: str        # the name the plan and the notebook use
+    group: str          # the setting shared by the variants compared ("n = 8", "depth 4", …)
     spec: Spec
+    task: RecallTask
+    steps: int
+    batch: int = 64
     n: int = 8
     eval_ns: tuple[int, ...] = (8,)
+    eval_size: int = 1024
+    lr: float | None = None          # fixed by the plan (E6), else tuned
+    attention_stats: bool = False
+    checkpoints: tuple[int, ...] = field(default=())
 
     def run(self, seed: int, lr: float) -> Run:
-        return Run(self.spec, TASK, n=self.n, steps=STEPS, lr=lr, batch=BATCH, seed=seed, eval_ns=self.eval_ns)
+        return Run(self.spec, self.task, n=self.n, steps=self.steps, lr=lr, batch=self.batch, seed=seed,
+                   eval_ns=self.eval_ns, eval_size=self.eval_size, checkpoints=self.checkpoints,
+                   attention_stats=self.attention_stats)
 
 
-def settings() -> dict[str, list[Setting]]:
-    """Every experiment's settings, by experiment ID."""
-    e1 = [Setting("E1", s, "n = 8", replace(BASE, qkv_activation=s)) for s in ("identity", "relu", "gelu")]
-    e2 = [Setting("E2", p, f"depth {L}", replace(BASE, layers=L, placement=p))
-          for L in (2, 4) for p in ("post", "pre", "post_relu")]
-    e3 = [Setting("E3", b, "n = 8", replace(BASE, body=b), eval_ns=(8, 16, 32))
-          for b in ("attention", "token_mlp", "flat_mlp")]
-    e4 = [Setting("E4", s, f"n = {n}", replace(BASE, scores=s, n=n), n=n, eval_ns=(n,))
-          for n in (4, 16, 32) for s in ("dot", "cosine", "cosine_learned")]
-    e5 = [Setting("E5", s, "n = 8", replace(BASE, h=4, scores=s)) for s in ("dot", "fused")]
-    return {"E1": e1, "E2": e2, "E3": e3, "E4": e4, "E5": e5}
+def _spec(d: int, d_ff: int, *overrides: dict) -> Spec:
+    values = {"d": d, "d_ff": d_ff}
+    for o in overrides:
+        values.update({k: v for k, v in o.items() if k in _SPEC_FIELDS})
+    return Spec(**values)
+
+
+def settings(plan: dict | None = None, steps: int | None = None) -> dict[str, list[Setting]]:
+    """Every experiment's settings, by experiment ID (``steps`` overrides every budget: a smoke
+    test or the pilot)."""
+    plan = load_plan() if plan is None else plan
+    design, model = plan["design"], plan["model"]
+    out = {}
+    for e in IDS:
+        if e not in plan:
+            continue
+        p = plan[e]
+        task = RecallTask(**{k: v for k, v in p["task"].items() if k != "n"})
+        n = p["task"]["n"]
+        budget = steps if steps is not None else p["steps"]
+        eval_ns = tuple(p.get("eval_ns", [n]))
+        found = []
+        for g in p["groups"]:
+            for v in p["variants"]:
+                spec = _spec(model["d"], model["d_ff"], p["base"], g, v)
+                spec = replace(spec, n=n)
+                mlp = spec.body != "attention"
+                found.append(Setting(
+                    e, v["name"], g["name"], spec, task,
+                    budget * (p.get("mlp_steps_factor", 1) if mlp else 1),
+                    design["batch"], n, eval_ns, design["eval_size"], g.get("lr"),
+                    attention_stats=e == "E6",
+                    # the MLPs' accuracy at 1 and 2 × the attention budget: the plateau check
+                    checkpoints=(budget, 2 * budget) if mlp and p.get("mlp_steps_factor", 1) > 2 else ()))
+        out[e] = found
+    return out
+
+
+def lr_grid(plan: dict | None = None) -> tuple[float, ...]:
+    plan = load_plan() if plan is None else plan
+    return tuple(plan["design"]["lr_grid"])

@@ -13,10 +13,18 @@ Bodies (``Spec.body``):
   - ``placement``: ``"pre"`` (:func:`attnref.blocks.pre_ln_layer`), ``"post"``
     (:func:`attnref.blocks.post_ln_layer`), ``"post_relu"`` (post-LN with a ReLU after each
     Add & Norm, as after the addition of a ResNet block);
-  - ``qkv_activation``: σ ∈ {identity, relu, gelu} applied to the per-head q, k, v;
-  - ``scores``: ``"dot"`` (q·k/√d_k), ``"cosine"`` (cos(q, k), fixed scale 1), ``"cosine_learned"``
-    (β·cos(q, k) with a learned temperature β = e^s per head, QK-norm), ``"fused"`` (one full
-    d × d matrix W per head: x_i W x_jᵀ/√d_k, instead of the factors W_Q W_Kᵀ).
+  - ``placement`` ``"post_branch_relu"``: post-LN with a ReLU at the start of each branch,
+    LN(x + MHA(ReLU(x))) (the seed's second proposal: the ReLU inside the branch, not on the
+    identity path);
+  - ``qkv_activation``: σ ∈ {identity, relu, gelu} applied to the per-head q, k, v, or only to
+    those named by ``sigma_on`` (``"q"``, ``"k"``, ``"v"``, ``"qkv"``);
+  - ``gate``: a sigmoid gate on each head's output before W_O, σ(x W_g + b_g) ⊙ head
+    (the value-path gate of Qiu et al. 2025);
+  - ``scores``: ``"dot"`` (q·k/√d_k), ``"cosine"`` (β·cos(q, k) at the fixed scale
+    ``cos_scale``), ``"cosine_learned"`` (β·cos(q, k) with a learned temperature β = e^s per
+    head, QK-norm), ``"fused"`` (one full d × d matrix W per head: x_i W x_jᵀ/√d_k, no bias),
+    ``"factored"`` (x_i U Vᵀ x_jᵀ/√d_k with U, V of rank ``score_rank``, no bias: the factored form
+    without the key-bias term of biased projections).
 * ``"token_mlp"`` — the same MLP on every token (it reads the query token only: no context).
 * ``"flat_mlp"`` — an MLP over the flattened sequence (fixed length ``n + 1``; a longer sequence
   is read through its last ``n + 1`` tokens, the window it was trained on).
@@ -40,9 +48,10 @@ from attnref.multihead import head_projections, multi_head_attention
 Tensor = torch.Tensor
 
 BODIES = ("attention", "token_mlp", "flat_mlp")
-PLACEMENTS = ("pre", "post", "post_relu")
+PLACEMENTS = ("pre", "post", "post_relu", "post_branch_relu")
 ACTIVATIONS = ("identity", "relu", "gelu")
-SCORES = ("dot", "cosine", "cosine_learned", "fused")
+SCORES = ("dot", "cosine", "cosine_learned", "fused", "factored")
+SIGMA_ON = ("q", "k", "v", "qkv")
 # Every parameter is float32 whatever torch's default dtype is (the book's notebooks set float64).
 DTYPE = torch.float32
 
@@ -60,10 +69,16 @@ class Spec:
     qkv_activation: str = "identity"
     scores: str = "dot"
     n: int = 8                      # pairs at training time (used by the flattened MLP only)
+    sigma_on: str = "qkv"           # which of q, k, v get σ
+    gate: bool = False              # sigmoid gate on the heads' outputs (Qiu et al. 2025)
+    cos_scale: float = 1.0          # the fixed β of "cosine"
+    score_rank: int = 0             # rank of "factored" scores (0: d_k)
+    queries: int = 1                # keys asked at once (the task's; sets the embeddings)
 
     def __post_init__(self) -> None:
         for name, allowed in (("body", BODIES), ("placement", PLACEMENTS),
-                              ("qkv_activation", ACTIVATIONS), ("scores", SCORES)):
+                              ("qkv_activation", ACTIVATIONS), ("scores", SCORES),
+                              ("sigma_on", SIGMA_ON)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.d % self.h:
@@ -87,27 +102,56 @@ class VariantLayer(TrainableLayer):
             # one full d × d matrix per head, N(0, 1/d) entries; W_Q, W_K are not used (frozen, not counted)
             draws = torch.randn(h, d, d, generator=generator, dtype=DTYPE)
             self.w_fused = torch.nn.Parameter(draws * d ** -0.5)
+        if spec.scores == "factored":
+            # U, V (h, d, r) with N(0, 1/d) entries: x U Vᵀ xᵀ has the variance of W_Q W_Kᵀ's at r = d_k
+            r = spec.score_rank or d_k
+            self.w_u = torch.nn.Parameter(torch.randn(h, d, r, generator=generator, dtype=DTYPE) * d ** -0.5)
+            self.w_v_score = torch.nn.Parameter(torch.randn(h, d, r, generator=generator, dtype=DTYPE) * d ** -0.5)
+        if spec.scores in ("fused", "factored"):
             for name in ("attention__w_q", "attention__w_k", "attention__b_q", "attention__b_k"):
                 getattr(self, name).requires_grad_(False)
+        if spec.gate:
+            # gate logits x W_g + b_g per head and coordinate, N(0, 1/d), bias 0 (σ = 1/2 at the start)
+            self.w_gate = torch.nn.Parameter(torch.randn(d, d, generator=generator, dtype=DTYPE) * d ** -0.5)
+            self.b_gate = torch.nn.Parameter(torch.zeros(d, dtype=DTYPE))
+        self.record_scores = False        # keep the last scores (E6's logit and entropy measurements)
+        self.last_scores: Tensor | None = None
 
     def attend(self, x: Tensor, weights: EncoderLayer) -> Tensor:
         spec, attention = self.spec, weights.attention
-        if spec.qkv_activation == "identity" and spec.scores == "dot":
-            return multi_head_attention(x, attention).output          # attnref's own MHA
-        q, k, v = head_projections(x, attention)                       # (B, h, n, d_k) each
+        plain = spec.qkv_activation == "identity" and spec.scores == "dot" and not spec.gate
+        if plain and not self.record_scores:
+            return multi_head_attention(x, weights=attention).output          # attnref's own MHA
+        q, k, v = head_projections(x, weights=attention)                       # (B, h, n, d_k) each
         sigma = _SIGMA[spec.qkv_activation]
-        q, k, v = sigma(q), sigma(k), sigma(v)
+        on = spec.sigma_on
+        q, k, v = (sigma(t) if name in on else t for name, t in (("q", q), ("k", k), ("v", v)))
+        d_k = spec.d // spec.h
         if spec.scores == "dot":
             heads = scaled_dot_product_attention(q, k, v)
         elif spec.scores == "cosine":
-            heads = cosine_attention(q, k, v, beta=1.0)
+            heads = cosine_attention(q, k, v, beta=spec.cos_scale)
         elif spec.scores == "cosine_learned":
             heads = cosine_attention(q, k, v, beta=self.log_beta.exp())
-        else:                                                          # fused: x_i W x_jᵀ / √d_k
-            d_k = spec.d // spec.h
-            scores = torch.einsum("bnd,hde,bme->bhnm", x, self.w_fused, x) / math.sqrt(d_k)
+        else:                                                          # x_i W x_jᵀ / √d_k
+            w = self.w_fused if spec.scores == "fused" else self.w_u @ self.w_v_score.transpose(-1, -2)
+            scores = torch.einsum("bnd,hde,bme->bhnm", x, w, x) / math.sqrt(d_k)
             heads = attention_from_scores(scores, v)
-        merged = heads.output.transpose(-3, -2).flatten(-2)             # (B, n, h·d_v)
+        if self.record_scores:                                         # the logits the softmax saw
+            if spec.scores == "dot":
+                logits = q @ k.transpose(-1, -2) / math.sqrt(d_k)
+            elif spec.scores in ("cosine", "cosine_learned"):
+                unit = lambda t: t / t.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+                beta = spec.cos_scale if spec.scores == "cosine" else self.log_beta.exp()
+                logits = beta * (unit(q) @ unit(k).transpose(-1, -2))
+            else:
+                logits = scores
+            self.last_scores = logits.detach()
+        output = heads.output                                          # (B, h, n, d_v)
+        if spec.gate:                                                  # σ(x W_g + b_g), split into heads
+            g = torch.sigmoid(x @ self.w_gate + self.b_gate)
+            output = output * g.unflatten(-1, (spec.h, -1)).transpose(-3, -2)
+        merged = output.transpose(-3, -2).flatten(-2)                   # (B, n, h·d_v)
         out = merged @ attention.w_o
         return out if attention.b_o is None else out + attention.b_o
 
@@ -125,6 +169,9 @@ class VariantLayer(TrainableLayer):
         if placement == "pre":                                         # x + MHA(LN(x)), y + FFN(LN(y))
             y = x + self.attend(layer_norm(x, w.norm_1), w)
             return y + feed_forward(layer_norm(y, w.norm_2), w.ffn)
+        if placement == "post_branch_relu":                            # LN(x + MHA(ReLU(x))), …
+            y = layer_norm(x + self.attend(relu(x), w), w.norm_1)
+            return layer_norm(y + feed_forward(relu(y), w.ffn), w.norm_2)
         y = layer_norm(x + self.attend(x, w), w.norm_1)                # post-LN: LN(x + MHA(x))
         if placement == "post_relu":
             y = relu(y)                                                # ReLU after Add & Norm
@@ -135,7 +182,7 @@ class VariantLayer(TrainableLayer):
 class RecallModel(torch.nn.Module):
     """Embeddings → body → LayerNorm → linear readout at the query position."""
 
-    def __init__(self, spec: Spec, keys: int, values: int, seed: int):
+    def __init__(self, spec: Spec, keys: int, values: int, seed: int, classes: int | None = None):
         super().__init__()
         self.spec = spec
         g = torch.Generator().manual_seed(int(seed))
@@ -147,8 +194,11 @@ class RecallModel(torch.nn.Module):
         self.key_embedding = normal(keys, d)
         self.value_embedding = normal(values, d)
         self.query_embedding = normal(keys, d)
-        self.readout = normal(d, values, std=d ** -0.5)
-        self.readout_bias = torch.nn.Parameter(torch.zeros(values, dtype=DTYPE))
+        if spec.queries > 1:                   # the second key asked (E7): its own embedding table
+            self.query_embedding_2 = normal(keys, d)
+        classes = values if classes is None else classes
+        self.readout = normal(d, classes, std=d ** -0.5)
+        self.readout_bias = torch.nn.Parameter(torch.zeros(classes, dtype=DTYPE))
         self.final_norm = torch.nn.ParameterDict({"gain": torch.nn.Parameter(torch.ones(d, dtype=DTYPE)),
                                                   "bias": torch.nn.Parameter(torch.zeros(d, dtype=DTYPE))})
         if spec.body == "attention":
@@ -170,8 +220,14 @@ class RecallModel(torch.nn.Module):
         return torch.cat([pairs, self.query_embedding[query].unsqueeze(1)], 1)  # (B, n + 1, d)
 
     def forward(self, keys: Tensor, values: Tensor, query: Tensor) -> Tensor:
-        """Logits ``(B, values)`` of the answer."""
-        x = self.embed(keys, values, query)
+        """Logits ``(B, classes)`` of the answer (``query`` is ``(B,)``, or ``(B, 2)`` for two keys
+        asked at once: the query token is then the sum of both keys' query embeddings)."""
+        if query.dim() == 2:
+            pairs = self.key_embedding[keys] + self.value_embedding[values]
+            asked = self.query_embedding[query[:, 0]] + self.query_embedding_2[query[:, 1]]
+            x = torch.cat([pairs, asked.unsqueeze(1)], 1)
+        else:
+            x = self.embed(keys, values, query)
         spec = self.spec
         if spec.body == "attention":
             for layer in self.layers:
@@ -194,7 +250,7 @@ class RecallModel(torch.nn.Module):
         """Trainable parameters of the score maps (W_Q, W_K and their biases, or the fused W)."""
         total = 0
         for name, p in self.named_parameters():
-            if p.requires_grad and any(s in name for s in ("w_q", "w_k", "b_q", "b_k", "w_fused")):
+            if p.requires_grad and any(s in name for s in ("w_q", "w_k", "b_q", "b_k", "w_fused", "w_u", "w_v_score")):
                 total += p.numel()
         return total
 
@@ -205,6 +261,8 @@ class RecallModel(torch.nn.Module):
         with torch.no_grad():
             if self.spec.scores == "fused":
                 mats = layer.w_fused
+            elif self.spec.scores == "factored":
+                mats = layer.w_u @ layer.w_v_score.transpose(-1, -2)
             else:
                 a = layer.weights().attention
                 mats = torch.stack([a.fused_bilinear(i) for i in range(a.h)])

@@ -1,8 +1,10 @@
 r"""Reading ``data/experiments/*.json`` and the paired comparisons of chapter 8.
 
 :func:`load` gives a one-line error naming ``make experiments`` when a file is missing, unreadable
-or was written by other training code than the present one (stale). :func:`paired_t` is the
-interval of the decision rule: a two-sided t interval for the mean of paired seed differences.
+or was written by other training code or under another plan than the present ones (stale).
+:func:`paired_t` is the interval of the decision rule: a two-sided t interval for the mean of
+paired seed differences; :func:`sign_flip_p` the exact paired sign-flip (permutation) test shown
+beside it; :func:`detectable_effect` the power statement of the plan.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 from pathlib import Path
 
 from attnref.analysis.stats import Interval
+from attnref.training import experiments
 from attnref.training.train import training_code_hash
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,6 +52,9 @@ def load(experiment: str, directory: Path | str | None = None, check_hash: bool 
     if check_hash and stored != training_code_hash():
         raise StaleData(f"{shown} is stale: written by training code {stored}, the code is now "
                         f"{training_code_hash()}: run `make experiments`")
+    if check_hash and data.get("plan_sha256") != experiments.plan_hash():
+        raise StaleData(f"{shown} was made under plan {str(data.get('plan_sha256'))[:12]}…, the committed "
+                        f"plan is {experiments.plan_hash()[:12]}…: run `make experiments`")
     return data
 
 
@@ -85,6 +91,40 @@ def accuracies(entry: dict, n: int | None = None) -> list[float]:
     """Held-out accuracy of every seed's run, in seed order (at ``n`` pairs; default: training n)."""
     key = str(entry["n"] if n is None else n)
     return [run["eval"][key]["accuracy"] for run in entry["runs"]]
+
+
+def sign_flip_p(differences) -> float:
+    r"""Exact two-sided paired sign-flip (permutation) test of a zero mean difference: under the
+    null hypothesis that each seed's difference is symmetric about 0, the :math:`2^k` sign
+    assignments are equally likely; the p-value is the share of them whose mean is at least as far
+    from 0 as the observed one (the observed assignment included, so the smallest p is
+    :math:`2/2^k` when no difference is 0). Distribution-free; exact for any :math:`k \le 20`."""
+    values = [float(v) for v in differences]
+    k = len(values)
+    if not 1 <= k <= 20:
+        raise ValueError(f"the exact sign-flip test takes 1 to 20 differences, got {k}")
+    if any(math.isnan(v) for v in values):
+        return math.nan
+    observed = abs(sum(values)) * (1 - 1e-12)
+    hits = 0
+    for mask in range(2 ** k):
+        total = sum(-v if mask >> i & 1 else v for i, v in enumerate(values))
+        hits += abs(total) >= observed
+    return hits / 2 ** k
+
+
+def detectable_effect(sd: float, k: int, level: float = 0.95, power: float = 0.8) -> float:
+    r"""The smallest true mean difference that the two-sided ``level`` paired t test on ``k``
+    pairs detects with probability ``power``, if the differences are normal with standard deviation
+    ``sd`` (noncentral t, ``scipy.stats.nct``): the design's power statement."""
+    from scipy.optimize import brentq
+    from scipy.stats import nct, t
+
+    if not (sd > 0 and k >= 2):
+        raise ValueError(f"need sd > 0 and k ≥ 2 pairs, got sd = {sd}, k = {k}")
+    crit = t.isf((1 - level) / 2, k - 1)
+    reach = lambda effect: nct.sf(crit, k - 1, effect * math.sqrt(k) / sd) - power
+    return float(brentq(reach, 1e-12 * sd, 20 * sd))
 
 
 def t_quantile(level: float, df: int) -> float:

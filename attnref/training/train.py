@@ -66,16 +66,34 @@ class Run:
     seed: int = 0
     eval_ns: tuple[int, ...] = (8,)       # pair counts of the held-out sets
     eval_size: int = 1024
+    checkpoints: tuple[int, ...] = ()     # steps with a held-out accuracy on the way (the pilot's)
+    attention_stats: bool = False         # measure the attention logits and entropy (E6)
 
     def config(self) -> dict:
         out = asdict(self)
         out["eval_ns"] = list(self.eval_ns)
+        out["checkpoints"] = list(self.checkpoints)
         return out
 
 
-def evaluate(model: RecallModel, run: Run, n: int) -> dict:
+def resolve_device(device: str | None) -> torch.device:
+    """``"cpu"`` (default) or ``"cuda"``; a clear error when CUDA is asked for and absent."""
+    name = "cpu" if device in (None, "", "cpu") else str(device)
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"--device {name}: torch {torch.__version__} sees no CUDA device "
+                           f"(torch.cuda.is_available() is False); run on the CPU or install a CUDA build")
+    if not (name == "cpu" or name.startswith("cuda")):
+        raise ValueError(f"device must be 'cpu' or 'cuda[:i]', got {device!r}")
+    return torch.device(name)
+
+
+def _on(data, device):
+    return type(data)(*(t.to(device) for t in (data.keys, data.values, data.query, data.answer)))
+
+
+def evaluate(model: RecallModel, run: Run, n: int, device=None) -> dict:
     """Accuracy and mean cross-entropy on ``eval_size`` held-out sequences of ``n`` pairs."""
-    data = run.task.batch(run.eval_size, n, generator(EVAL_SEED_OFFSET + 1000 * run.seed + n))
+    data = _on(run.task.batch(run.eval_size, n, generator(EVAL_SEED_OFFSET + 1000 * run.seed + n)), device)
     with torch.no_grad():
         logits = model(data.keys, data.values, data.query)
         loss = torch.nn.functional.cross_entropy(logits, data.answer).item()
@@ -83,30 +101,53 @@ def evaluate(model: RecallModel, run: Run, n: int) -> dict:
     return {"accuracy": accuracy, "loss": loss}
 
 
-def train(run: Run, steps: int | None = None, progress=None) -> dict:
+def attention_statistics(model: RecallModel, run: Run, device=None) -> dict:
+    """E6: on the held-out set at the training length, the largest |logit| of the first layer's
+    attention (every head, query and key), the mean largest |logit| per query, and the mean
+    entropy (nats) of the query position's attention rows (log(n + 1) for uniform weights)."""
+    layer = model.layers[0]
+    data = _on(run.task.batch(run.eval_size, run.n, generator(EVAL_SEED_OFFSET + 1000 * run.seed + run.n)), device)
+    layer.record_scores = True
+    try:
+        with torch.no_grad():
+            model(data.keys, data.values, data.query)
+            logits = layer.last_scores.double()                     # (B, h, n + 1, n + 1)
+    finally:
+        layer.record_scores, layer.last_scores = False, None
+    p = torch.softmax(logits[..., -1, :], -1)                      # the query position's rows
+    entropy = -(p * torch.log(p.clamp_min(1e-300))).sum(-1)
+    return {"max_logit": logits.abs().max().item(),
+            "mean_row_max_logit": logits.abs().amax(-1).mean().item(),
+            "query_entropy": entropy.mean().item(), "uniform_entropy": math.log(logits.shape[-1])}
+
+
+def train(run: Run, steps: int | None = None, progress=None, device: str | None = None) -> dict:
     """Train ``run`` (its first ``steps`` only, if given) and return the record: configuration,
     losses of the first steps, the learning curve, held-out metrics at each of ``eval_ns``,
     parameter counts, and the score matrices' spectra."""
     torch.set_num_threads(1)
     torch.manual_seed(run.seed)
-    model = RecallModel(run.spec, run.task.keys, run.task.values, run.seed)
+    where = resolve_device(device)
+    model = RecallModel(run.spec, run.task.keys, run.task.values, run.seed, classes=run.task.classes).to(where)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=run.lr)
     data_gen = generator(DATA_SEED_OFFSET + run.seed)
     total = run.steps if steps is None else min(steps, run.steps)
-    losses = []
-    start = time.perf_counter()
+    losses, on_the_way = [], {}
+    start, cpu_start = time.perf_counter(), time.process_time()
     for step in range(total):
-        data = run.task.batch(run.batch, run.n, data_gen)
+        data = _on(run.task.batch(run.batch, run.n, data_gen), where)
         logits = model(data.keys, data.values, data.query)
         loss = torch.nn.functional.cross_entropy(logits, data.answer)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
+        if step + 1 in run.checkpoints and steps is None:
+            on_the_way[str(step + 1)] = evaluate(model, run, run.n, where)["accuracy"]
         if progress is not None:
             progress(step + 1, total)
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     curve = [sum(losses[i:i + CURVE_EVERY]) / len(losses[i:i + CURVE_EVERY])
              for i in range(0, len(losses), CURVE_EVERY)]
     record = {"config": run.config(), "first_losses": losses[:FIRST_STEPS],
@@ -114,9 +155,13 @@ def train(run: Run, steps: int | None = None, progress=None) -> dict:
               "curve_every": CURVE_EVERY, "diverged": not all(math.isfinite(v) for v in losses),
               "parameters": model.parameter_count(),
               "score_parameters": model.attention_parameter_count() if run.spec.body == "attention" else 0,
-              "seconds": round(seconds, 2)}
+              "seconds": round(seconds, 2), "cpu_seconds": round(cpu_seconds, 2), "device": where.type}
+    if on_the_way:
+        record["checkpoints"] = on_the_way
     if steps is None:
-        record["eval"] = {str(n): evaluate(model, run, n) for n in run.eval_ns}
-        if run.spec.body == "attention" and run.spec.scores in ("dot", "fused"):
+        record["eval"] = {str(n): evaluate(model, run, n, where) for n in run.eval_ns}
+        if run.attention_stats:
+            record["attention"] = attention_statistics(model, run, where)
+        if run.spec.body == "attention" and run.spec.scores in ("dot", "fused", "factored"):
             record["spectra"] = [[round(s, 6) for s in head] for head in model.fused_spectra()]
     return record
