@@ -295,6 +295,9 @@ def test_evidence_rows_show_equation_numbers_not_labels() -> None:
     assert index.with_equation_numbers("the terms of eq-q1-bias were wrong", labels) == \
         "the terms of {eq}`eq-q1-bias` were wrong"
     assert index.with_equation_numbers("eq-q9-unknown and {eq}`eq-q1-bias`", labels) == "eq-q9-unknown and {eq}`eq-q1-bias`"
+    # a label already in parentheses keeps one pair: "(2.2)", not "((2.2))"
+    assert index.with_equation_numbers("max |a − b| (eq-q1-bias)", labels) == "max |a − b| {eq}`eq-q1-bias`"
+    assert index.with_equation_numbers("(eq-q9-unknown)", labels) == "(eq-q9-unknown)"
     # every label an evidence row names in the committed notebooks is a numbered equation of the book
     book_labels = {label for s in BOOK.scans for label in s.math_labels}
     named = {m for v in BOOK.verdicts for c in v.checks

@@ -9,13 +9,16 @@ from .markup import _badge, _container, _table, inline
 from .scan import VerdictOutput, cached_scan_book, registry, scan_notebook
 
 
-#: An equation label in a check's text (``eq-q1-hessian``), shown as its number through ``{eq}``.
-EQUATION_LABEL = re.compile(r"(?<![\w`<-])(?P<label>eq-[A-Za-z0-9_]+(?:-[A-Za-z0-9_]+)*)(?![\w`>])")
+#: An equation label in a check's text (``eq-q1-hessian``, or ``(eq-q1-hessian)``: the number is
+#: shown in parentheses already), shown as its number through ``{eq}``.
+EQUATION_LABEL = re.compile(r"(?<![\w`<-])(?P<open>\()?(?P<label>eq-[A-Za-z0-9_]+(?:-[A-Za-z0-9_]+)*)"
+                            r"(?(open)\)|)(?![\w`>])")
 
 
 def with_equation_numbers(text: str, labels) -> str:
-    """``eq-q1-hessian: blocks …`` → ``{eq}`eq-q1-hessian`: blocks …`` (rendered "(6): blocks …")
-    for every label of a numbered equation in ``labels``; other text is left as it is."""
+    """``eq-q1-hessian: blocks …`` → ``{eq}`eq-q1-hessian`: blocks …`` (rendered "(6): blocks …"),
+    and ``(eq-q1-bias)`` → ``{eq}`eq-q1-bias``` (one pair of parentheses), for every label of a
+    numbered equation in ``labels``; other text is left as it is."""
     labels = set(labels or ())
     return EQUATION_LABEL.sub(lambda m: f"{{eq}}`{m['label']}`" if m["label"] in labels else m[0], text)
 
