@@ -112,6 +112,16 @@ def test_a_changed_verdict_makes_the_answer_and_the_reason_stale() -> None:
     assert "{ref}`Q1 <claim-q1>` {bdg-danger}`does not hold`" in page
 
 
+def test_a_new_claim_without_a_short_reason_is_reported_here_not_in_the_build() -> None:
+    answers = copy.deepcopy(ANSWERS)
+    del answers["reasons"]["E5"]
+    assert "reasons: no short reason for E5" in " ".join(pages.problems(BOOK, answers))
+    assert not pages.problems(BOOK, answers, missing_reasons=False)
+    row = next(line for line in pages.render_chapter_top(BOOK, answers, "notebooks/08-training").splitlines()
+               if line.startswith("| {ref}`E5 "))
+    assert "With 4096 score parameters" in row     # the recorded reason's first clause stands in
+
+
 def test_a_missing_target_is_reported() -> None:
     book = _book_with(BOOK, lambda v: v)
     for scan in book.scans:

@@ -225,8 +225,12 @@ def inject_into_notebook(text: str, top: str, end: str) -> str:
     return json.dumps(nb, ensure_ascii=False)
 
 
-def problems(book: Book, answers: dict) -> list[str]:
-    """Every text of answers.yml that no longer fits the recorded verdicts, or breaks a rule."""
+def problems(book: Book, answers: dict, missing_reasons: bool = True) -> list[str]:
+    """Every text of answers.yml that no longer fits the recorded verdicts, or breaks a rule.
+
+    ``missing_reasons=False`` (the build) leaves out verdicts without a short reason yet (a new
+    claim): their table row shows the recorded reason's first clause until one is written, and
+    ``tests/test_answers.py`` reports them. A text written for another verdict is always reported."""
     out = []
     threads = answers.get("threads") or []
     if not threads:
@@ -272,7 +276,8 @@ def problems(book: Book, answers: dict) -> list[str]:
     for key, v in recorded.items():
         entry = reasons.get(key)
         if not isinstance(entry, dict) or not entry.get("reason"):
-            out.append(f"reasons: no short reason for {key} ({v.where})")
+            if missing_reasons:
+                out.append(f"reasons: no short reason for {key} ({v.where})")
             continue
         if entry.get("verdict") != v.verdict:
             out.append(f"reasons: {key}'s reason was written for {entry.get('verdict')!r}, "

@@ -86,8 +86,8 @@ def check_verdicts(app) -> None:
     book = _scan(_root(app))
     for problem in book.problems():
         logger.warning(f"claims index: {problem}")
-    for problem in answer_problems(book, load_answers(_root(app))):
-        logger.warning(f"short answers: {problem}")
+    for problem in answer_problems(book, load_answers(_root(app)), missing_reasons=False):
+        logger.warning(f"{ANSWERS_PATH.as_posix()}: {problem}")
 
 
 def _phone_label_role(name, rawtext, text, lineno, inliner, options=None, content=None):
