@@ -271,6 +271,13 @@ def test_headline_table(tmp_path: Path) -> None:
     assert "{bdg-warning}`holds under conditions`" in text and "A reason with $d_k$." in text
     with pytest.raises(ValueError, match="X1"):
         index.render_headline(book, ["Q1", "X1"])
+    # a short reason written for the recorded verdict replaces the long one; one written for
+    # another verdict does not
+    short = {"C3": {"verdict": claims.CONDITIONS, "reason": "Short and human."}}
+    assert "Short and human." in index.render_headline(book, ["C3"], short)
+    stale = {"C3": {"verdict": claims.HOLDS, "reason": "Short and human."}}
+    text = index.render_headline(book, ["C3"], stale)
+    assert "Short and human." not in text and "A reason with $d_k$." in text
 
 
 def test_verdict_box_shows_badge_reason_conditions_and_every_check(tmp_path: Path) -> None:

@@ -192,8 +192,10 @@ def render_rechecks(book: Book, heading: bool = True) -> list[str]:
     return lines
 
 
-def render_headline(book: Book, ids: list[str]) -> str:
-    """A short verdict table for a few claims (the landing page's headline claims)."""
+def render_headline(book: Book, ids: list[str], reasons: dict | None = None) -> str:
+    """A short verdict table for a few claims (the landing page's headline claims). ``reasons``:
+    the short reasons of ``book/_data/answers.yml`` (by ID, each with the verdict it was written
+    for); one is used only if the recorded verdict is still that one, else the recorded reason."""
     unknown = [cid for cid in ids if cid not in registry.CLAIMS]
     if unknown:
         raise ValueError(f"claims-table: unknown claim IDs {unknown}")
@@ -202,6 +204,10 @@ def render_headline(book: Book, ids: list[str]) -> str:
         row = _claim_row(book, cid, [])
         records = book.records(cid)
         why = inline(records[0].reason) if len(records) == 1 else ""
+        short = (reasons or {}).get(cid)
+        if len(records) == 1 and isinstance(short, dict) and short.get("verdict") == records[0].verdict \
+                and short.get("reason"):
+            why = inline(short["reason"])
         rows.append([row[0], row[1], row[2], why])
     return "\n".join(_container(_table(["Claim", "What people say", "Verdict", "Why"], rows,
                                        ["l", "l", "l", "l"]), "claims-table"))

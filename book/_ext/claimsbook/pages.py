@@ -132,10 +132,10 @@ def render_answers_page(book: Book, answers: dict) -> str:
 
 
 def short_reason(answers: dict, v: VerdictOutput) -> str:
-    """The table's reason for a verdict: the one written for it in answers.yml, else the stored
-    reason's first clause (and :func:`problems` reports the missing text)."""
+    """The table's reason for a verdict: the one written for it in answers.yml (for this verdict),
+    else the stored reason's first clause (and :func:`problems` reports the missing or stale text)."""
     entry = (answers.get("reasons") or {}).get(key_of(v))
-    if isinstance(entry, dict) and entry.get("reason"):
+    if isinstance(entry, dict) and entry.get("reason") and entry.get("verdict") == v.verdict:
         return inline(entry["reason"])
     words = re.split(r"[;:]", v.reason, maxsplit=1)[0].split()
     return inline(" ".join(words[:MAX_REASON_WORDS]) + (" …" if len(words) > MAX_REASON_WORDS else ""))

@@ -52,7 +52,7 @@ def source_read(app, docname: str, source: list[str]) -> None:
             return render_answers_page(book, load_answers(root))
         if name == "claims-table":
             try:
-                return render_headline(book, arg)
+                return render_headline(book, arg, load_answers(root).get("reasons"))
             except ValueError as error:
                 logger.warning(str(error), location=docname)
                 return ""
