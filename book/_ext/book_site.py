@@ -9,6 +9,14 @@
   confirmed an address), none of them does. There are no launch buttons: Binder and Colab
   cannot run these notebooks (pinned CPU torch, attnref from this repository); the download
   bundle replaces them.
+* Search: each chapter names, in ``QUESTIONS`` below, the readers' questions it answers; their
+  words become the page's ``<meta name="keywords">``, which Sphinx's search index reads as words
+  of the page. Sphinx's search returns only pages that hold every word of a query, so a chapter
+  that answers "why is there no activation after self-attention" in other words (a quadratic
+  form, a cubic, LayerNorm) was not found. (The snippets under each result are made readable by
+  ``book.js``.)
+* The browser tab's title is plain text: a title with math (chapter 4's ``\\sqrt{d_k}``) shows
+  its symbols (``√d_k``), not its TeX source.
 * The ``{downloads}`` directive lists the files that ``make bundle`` and ``make pdf`` put in
   ``_build/downloads/`` (the bundle zip, the PDF), with their sizes; the files are copied into
   the site's ``downloads/`` folder at the end of the build. A file that was not made is listed
@@ -18,6 +26,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -36,6 +45,39 @@ FILES = [
      "Every notebook, attnref as a wheel, the lock file and a README: run the book on your machine",
      "make bundle"),
 ]
+#: The questions a reader types that each chapter answers (the words of the search index's
+#: keywords). Each entry is checked by tests/test_browser.py: the search page, asked the question,
+#: lists the chapter.
+QUESTIONS = {
+    "notebooks/01-nonlinearity": [
+        "why is there no activation function after self-attention",
+        "is self-attention linear or nonlinear; where is the nonlinearity in a transformer",
+    ],
+    "notebooks/02-linear-layers": [
+        "why is there no activation after self-attention: are the output projection and the FFN linear layers in a row",
+    ],
+    "notebooks/04-cosine-vs-dot": [
+        "cosine similarity instead of dot product attention",
+        "why divide by the square root of d_k",
+    ],
+    "notebooks/05-multi-head": [
+        "is W_Q W_K^T low rank; fuse the query and key matrices into one matrix per head",
+    ],
+    "notebooks/06-trained-model": [
+        "is W_Q W_K^T low rank in a trained model; cosine similarity instead of dot product attention on real activations",
+    ],
+    "notebooks/06b-trained-decoder": [
+        "is W_Q W_K^T low rank in a trained decoder with rotary positions",
+    ],
+    "notebooks/07-depth": [
+        "why is there no activation after self-attention or after the residual connection, as in ResNets",
+    ],
+    "notebooks/08-training": [
+        "why is there no activation after self-attention: does one help in training",
+        "cosine similarity instead of dot product attention: does it train as well",
+        "is W_Q W_K^T low rank: does a fused full-rank matrix train better",
+    ],
+}
 REPOSITORY_BUTTONS = ("use_repository_button", "use_edit_page_button", "use_source_button")
 
 
@@ -50,6 +92,48 @@ def configure(app: Sphinx, config) -> None:
     if not has_repository:
         options.pop("repository_url", None)
     options["launch_buttons"] = {}        # see the module docstring: the bundle instead
+
+
+def keywords(questions: list[str]) -> list[str]:
+    """The distinct words of ``questions`` (lower case, in order), split as Sphinx's search
+    splits a query: ``W_Q W_K^T`` gives ``w_q``, ``w_k`` and ``t``; ``self-attention`` gives
+    ``self`` and ``attention``."""
+    words: list[str] = []
+    for question in questions:
+        for word in re.findall(r"\w+", question.lower()):
+            if word not in words:
+                words.append(word)
+    return words
+
+
+def add_keywords(app: Sphinx, doctree: nodes.document) -> None:
+    questions = QUESTIONS.get(app.env.docname)
+    if questions:
+        doctree += nodes.meta(name="keywords", content=", ".join(keywords(questions)))
+
+
+#: TeX commands of titles and their plain-text symbols (a title is short: a few suffice).
+TITLE_SYMBOLS = {"cdot": "·", "top": "ᵀ", "times": "×", "le": "≤", "ge": "≥", "alpha": "α", "beta": "β",
+                 "sigma": "σ", "tau": "τ", "varepsilon": "ε", "epsilon": "ε", "ell": "ℓ"}
+
+
+def tex_to_text(tex: str) -> str:
+    """Plain text of a short TeX formula: ``\\sqrt{d_k}`` -> ``√d_k``, ``W_K^\\top`` -> ``W_Kᵀ``."""
+    text = re.sub(r"\\sqrt\s*\{([^{}]*)\}", lambda m: "√" + (m[1] if re.fullmatch(r"[\w]+", m[1]) else f"({m[1]})"), tex)
+    text = re.sub(r"\^\s*\{?\\top\}?", "ᵀ", text)
+    text = re.sub(r"\\([A-Za-z]+)", lambda m: TITLE_SYMBOLS.get(m[1], "" if m[1] in ("mathrm", "operatorname",
+                                                                                     "mathbf", "text") else m[1]), text)
+    return re.sub(r"\s+", " ", text.replace("{", "").replace("}", "")).strip()
+
+
+def plain_title(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
+    """The browser tab's title (and the printed page's heading) without TeX source."""
+    for key in ("title", "pagetitle"):
+        value = context.get(key)
+        if isinstance(value, str) and "\\(" in value:
+            context[key] = re.sub(r"\\\((.*?)\\\)", lambda m: tex_to_text(m[1]), value)
+        elif isinstance(value, str) and key == "pagetitle" and "\\" in value:
+            context[key] = tex_to_text(value)
 
 
 def _size(path: Path) -> str:
@@ -109,4 +193,6 @@ def setup(app: Sphinx) -> dict:
     app.add_directive("downloads", Downloads)
     app.connect("env-get-outdated", reread_downloads)
     app.connect("build-finished", copy_downloads)
+    app.connect("doctree-read", add_keywords)
+    app.connect("html-page-context", plain_title, priority=900)   # after sphinx-book-theme's pagetitle
     return {"parallel_read_safe": True, "parallel_write_safe": True}

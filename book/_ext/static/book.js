@@ -1,8 +1,18 @@
-// Displayed equations fit the column (book/_ext/book_site.py). MathJax 3 cannot break a long
-// display into lines, so a prose equation up to 1/MIN_SCALE times wider than its column is
-// typeset a little smaller to fit; a wider one (or any on a narrow screen) keeps its size and
-// scrolls inside itself (book.css). Equations in cell outputs (sympy) always scroll. Math in
-// the search page's results is typeset as the results arrive.
+// The site's behaviour (book/_ext/book_site.py).
+// * Displayed equations fit the column. MathJax 3 cannot break a long display into lines, so a
+//   prose equation up to 1/MIN_SCALE times wider than its column is typeset a little smaller to
+//   fit; a wider one (or any on a narrow screen) keeps its size and scrolls inside itself
+//   (book.css). Equations in cell outputs (sympy) always scroll.
+// * A formula (inline or displayed) that scrolls inside itself shows a shadow on the side where
+//   more of it is hidden (classes math-more-left / math-more-right, book.css).
+// * Every menu and contents button opens its sidebar: pydata-sphinx-theme 0.17.1 (and
+//   sphinx-book-theme 1.3.0) wire only the FIRST .primary-toggle / .secondary-toggle of the page,
+//   which sphinx-book-theme hides, so the visible buttons did nothing after a click
+//   (pydata-sphinx-theme#2451). A click on any other toggle is handed to the wired one.
+// * Math in the search page's results is typeset as the results arrive, and each result's
+//   snippet is read text: formulas as plain symbols (no TeX source), no code cells, no section
+//   headings run together, starting at a word (Sphinx's searchtools.js takes the raw text of the
+//   page, TeX included, and may start mid-word).
 (function () {
   "use strict";
   var MIN_SCALE = 0.78;
@@ -20,7 +30,39 @@
         if (scale >= MIN_SCALE) { box.style.fontSize = (100 * scale).toFixed(1) + "%"; }
       }
     }
+    cueScrolling();
     document.documentElement.dataset.mathFitted = "yes";
+  }
+  // A shadow on each side of a formula's scroll box where part of the formula is out of view.
+  var SCROLL_BOXES = ".bd-article span.math, .bd-article mjx-container[display='true']";
+  function cue(box) {
+    var hidden = box.scrollWidth - box.clientWidth;
+    box.classList.toggle("math-more-left", hidden > 2 && box.scrollLeft > 1);
+    box.classList.toggle("math-more-right", hidden > 2 && box.scrollLeft < hidden - 1);
+  }
+  function cueScrolling() {
+    var boxes = document.querySelectorAll(SCROLL_BOXES);
+    for (var i = 0; i < boxes.length; i++) {
+      var box = boxes[i];
+      cue(box);
+      if (!box.dataset.cueListener) {
+        box.dataset.cueListener = "yes";
+        box.addEventListener("scroll", function (event) { cue(event.currentTarget); }, {passive: true});
+      }
+    }
+  }
+  // Hand a click on a toggle the theme did not wire to the first one of its kind, which it did.
+  function wireToggles() {
+    ["primary-toggle", "secondary-toggle"].forEach(function (kind) {
+      var toggles = document.querySelectorAll("." + kind);
+      for (var i = 1; i < toggles.length; i++) {
+        toggles[i].addEventListener("click", function (event) {
+          event.preventDefault();
+          event.stopPropagation();
+          toggles[0].click();
+        });
+      }
+    });
   }
   // The search page lists page titles, some with math (√d_k): typeset them as they arrive.
   function typesetSearchResults() {
@@ -31,9 +73,76 @@
       if (pending.length && window.MathJax && MathJax.typesetPromise) { MathJax.typesetPromise(Array.from(pending)); }
     }).observe(results, {childList: true, subtree: true});
   }
+  // TeX source of a formula as plain text for a snippet: \\sqrt{d_k} -> √d_k, W_K^\\top -> W_Kᵀ.
+  var SYMBOLS = {cdot: "·", top: "ᵀ", times: "×", le: "≤", leq: "≤", ge: "≥", geq: "≥", ne: "≠", neq: "≠",
+    approx: "≈", gg: "≫", ll: "≪", sim: "∼", propto: "∝", in: "∈", to: "→", infty: "∞", sum: "Σ", prod: "Π", partial: "∂", nabla: "∇", pm: "±",
+    alpha: "α", beta: "β", gamma: "γ", delta: "δ", epsilon: "ε", varepsilon: "ε", eta: "η", theta: "θ",
+    lambda: "λ", mu: "μ", pi: "π", rho: "ρ", sigma: "σ", tau: "τ", phi: "φ", varphi: "φ", psi: "ψ",
+    omega: "ω", Sigma: "Σ", Delta: "Δ", Phi: "Φ", Omega: "Ω", ell: "ℓ", circ: "∘", odot: "⊙", otimes: "⊗",
+    langle: "⟨", rangle: "⟩", lVert: "‖", rVert: "‖", Vert: "‖", mid: "|", ldots: "…", cdots: "⋯", dots: "…",
+    mathbb: "", mathbf: "", mathrm: "", operatorname: "", text: "", mathcal: "", boldsymbol: "", left: "", right: "",
+    big: "", Big: "", bigl: "", bigr: "", quad: " ", qquad: " ", hat: "", tilde: "", bar: "", tfrac: "", dfrac: ""};
+  var SUPERSCRIPTS = {"0": "⁰", "1": "¹", "2": "²", "3": "³", "4": "⁴", "5": "⁵", "6": "⁶", "7": "⁷", "8": "⁸",
+    "9": "⁹", "+": "⁺", "-": "⁻", "i": "ⁱ", "n": "ⁿ", "T": "ᵀ", "Q": "Q", "K": "K", "V": "V", "O": "O", "h": "ʰ",
+    "k": "ᵏ", "l": "ˡ", "j": "ʲ", "t": "ᵗ", "d": "ᵈ"};
+  function texToText(tex) {
+    var out = tex.replace(/^\\[(\[]|\\[)\]]$/g, "")
+      .replace(/\\sqrt\s*\{([^{}]*)\}/g, function (_, x) { return x.length > 1 && /[^\w\\]/.test(x) ? "√(" + x + ")" : "√" + x; })
+      .replace(/\\frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}/g, "($1)/($2)")
+      .replace(/\^\s*\{?\\top\}?/g, "ᵀ")
+      .replace(/\^\s*(?:\{([^{}]*)\}|([A-Za-z0-9]))/g, function (_, group, one) {
+        var x = group !== undefined ? group : one, sup = "";
+        for (var i = 0; i < x.length; i++) {
+          if (!(x[i] in SUPERSCRIPTS)) { return "^(" + x + ")"; }
+          sup += SUPERSCRIPTS[x[i]];
+        }
+        return sup;
+      })
+      .replace(/\\([A-Za-z]+)/g, function (_, name) { return name in SYMBOLS ? SYMBOLS[name] : name; })
+      .replace(/\\[,;:! ]/g, " ").replace(/\\\|/g, "‖").replace(/\\([{}|_%&#$])/g, "$1")
+      .replace(/[{}]/g, "").replace(/\s+/g, " ").trim();
+    return out;
+  }
+  function readableText(htmlString, anchor) {
+    var doc = new DOMParser().parseFromString(htmlString, "text/html");
+    var main = (anchor && doc.querySelector('[role="main"] ' + anchor)) || doc.querySelector('[role="main"]');
+    if (!main) { return ""; }
+    main.querySelectorAll(".headerlink, script, style, .cell_input, .book-downloads, nav, .toctree-wrapper, " +
+      "h1, h2, h3, h4, .bd-header-article, .dropdown, button, .prev-next-area, .bd-footer-article, footer")
+      .forEach(function (e) { e.remove(); });
+    main.querySelectorAll(".math").forEach(function (m) {
+      var text = texToText(m.textContent);
+      m.replaceWith(m.tagName === "DIV" ? " " + text + " " : text);
+    });
+    main.querySelectorAll("p, li, td, th, div, dd, dt, pre").forEach(function (e) { e.append(" "); });
+    return main.textContent.replace(/\s+/g, " ").trim();
+  }
+  function readableSnippets() {
+    if (typeof Search === "undefined" || !Search.makeSearchSummary) { return; }
+    Search.htmlToText = readableText;
+    Search.makeSearchSummary = function (htmlText, keywords, anchor) {
+      var text = readableText(htmlText, anchor);
+      if (!text) { return null; }
+      var lower = text.toLowerCase(), first = -1;
+      Array.from(keywords).forEach(function (k) {
+        var at = lower.indexOf(String(k).toLowerCase());
+        if (at > -1 && (first < 0 || at < first)) { first = at; }
+      });
+      var start = Math.max(first - 100, 0);
+      if (start > 0) {   // begin at a sentence if one starts shortly before, else at a word
+        var sentence = text.lastIndexOf(". ", first);
+        start = sentence >= start - 60 && sentence > 0 ? sentence + 2 : text.indexOf(" ", start) + 1;
+      }
+      var end = Math.min(text.length, start + 240);
+      if (end < text.length) { var space = text.lastIndexOf(" ", end); if (space > start) { end = space; } }
+      var summary = document.createElement("p");
+      summary.classList.add("context");
+      summary.textContent = (start > 0 ? "… " : "") + text.slice(start, end) + (end < text.length ? " …" : "");
+      return summary;
+    };
+  }
   function start() {
-    typesetSearchResults();
-    if (!document.querySelector("div.math")) { document.documentElement.dataset.mathFitted = "yes"; return; }
+    if (!document.querySelector(".math")) { document.documentElement.dataset.mathFitted = "yes"; return; }
     if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
       MathJax.startup.promise.then(fit);
       var timer = null;
@@ -42,5 +151,11 @@
       setTimeout(start, 100);
     }
   }
-  if (document.readyState === "loading") { document.addEventListener("DOMContentLoaded", start); } else { start(); }
+  function ready(action) {
+    if (document.readyState === "loading") { document.addEventListener("DOMContentLoaded", action); } else { action(); }
+  }
+  ready(wireToggles);
+  ready(typesetSearchResults);
+  readableSnippets();
+  ready(start);
 })();
