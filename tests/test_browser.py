@@ -13,17 +13,30 @@ then assert on what the crawl saw:
 * every internal link resolves (HTTP 200) and every fragment is an ``id`` of its page;
 * the download (.ipynb / source) button is there; repository, source and edit buttons appear
   exactly when ``repository.url`` of ``_config.yml`` is set; no launch (Binder, Colab) button;
-* the search page finds a word.
+* the search page finds a word; three questions a reader types return the chapters that answer
+  them, with snippets that show no TeX source, no run-together headings and start at a word;
+* every page's title (the browser tab) is plain text; no empty index or orphan "Proof Index"
+  page; the sidebar's captions do not repeat a chapter's title; figures, equations and proofs
+  are numbered per chapter (chapter 4's read "Fig. 4.2", "(4.7)", "Proposition 4.3").
 
 A second crawl measures the layout at 1400 px (desktop) and 400 px (phone), every book page and
 chapter: no figure displayed with another aspect ratio than its own (2 %), no page that scrolls
 sideways at 400 px, every prose equation fitting its column at 1400 px (at 400 px a wider one
 scrolls inside itself), one search box on desktop; and per chapter, the verdict box before the
 first visible code cell of every claim section and visible code ≤ 25 % of the chapter's height
-at both widths.
+at both widths; no formula cut off by a box that does not scroll, and every formula that
+scrolls sideways shows a cue (a shadow on the hidden side). At 400 px each chapter page is loaded
+with an empty cache and its weight counted in Chromium: the bytes transferred by all its
+requests ≤ 1.5 MB, MathJax loaded once, no file twice. The site's server compresses text files
+with gzip, as GitHub Pages (where the site is published) does; the uncompressed sizes are
+recorded in ``_build/browser/layout.json`` too.
 
-Screenshots of the landing page and of chapter 1 (light and dark) are kept under
-``_build/browser/`` with the crawl's timings.
+The menu and contents buttons are clicked (a real mouse click) at 1400 and 400 px: on a phone
+each opens its drawer with the chapter links / the page's sections in view.
+
+Screenshots of the landing page and of chapter 1 (light and dark; at 400 px with the menu
+open), and of chapter 4 (formula-heavy) at 400 px, are kept under ``_build/browser/`` with the
+crawl's timings.
 """
 
 from __future__ import annotations
@@ -31,7 +44,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gzip
 import http.server
+import io
 import json
 import os
 import re
@@ -40,6 +55,7 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +75,19 @@ WIDTHS = (1400, 400)   # desktop and phone viewport widths of the layout crawl
 ASPECT_TOLERANCE = 0.02
 MAX_CODE_SHARE = 0.25
 SEARCH_WORD = "softmax"
+MAX_PAGE_BYTES = 1_500_000   # transferred bytes of a chapter page, every request counted
+#: Questions readers type, and the chapters that answer them (the search must list each).
+SEARCHES = {
+    "why is there no activation after self-attention":
+        {"notebooks/01-nonlinearity", "notebooks/02-linear-layers", "notebooks/07-depth", "notebooks/08-training"},
+    "cosine similarity instead of dot product attention":
+        {"notebooks/04-cosine-vs-dot", "notebooks/06-trained-model", "notebooks/08-training"},
+    "is W_Q W_K^T low rank":
+        {"notebooks/05-multi-head", "notebooks/06-trained-model", "notebooks/06b-trained-decoder",
+         "notebooks/08-training"},
+}
+#: Text files the server compresses (GitHub Pages compresses these types).
+COMPRESSED = {".html", ".js", ".css", ".svg", ".json", ".txt", ".xml", ".ipynb", ".md", ".inv"}
 TABS = 2   # pages open at once
 REFRESH = re.compile(r"<meta[^>]+http-equiv=[\"']?refresh", re.IGNORECASE)
 
@@ -95,11 +124,31 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args) -> None:
         pass
 
+    def send_head(self):
+        """Text files go out gzip-compressed to a client that accepts it, as GitHub Pages sends
+        them; everything else (images, fonts, directories) as the standard handler sends it."""
+        path = Path(self.translate_path(self.path))
+        if (path.suffix not in COMPRESSED or not path.is_file()
+                or "gzip" not in self.headers.get("Accept-Encoding", "")):
+            return super().send_head()
+        body = _gzipped(str(path), path.stat().st_mtime_ns)
+        self.send_response(200)
+        self.send_header("Content-Type", self.guess_type(str(path)))
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        return io.BytesIO(body)
+
     def parse_request(self) -> bool:
         ok = super().parse_request()
         if ok and not self.path.startswith("/"):   # proxy form (Chromium's proxy is this server)
             self.server.proxied.append(f"{self.command} {self.path}")
         return ok
+
+
+@functools.lru_cache(maxsize=512)
+def _gzipped(path: str, mtime_ns: int) -> bytes:
+    return gzip.compress(Path(path).read_bytes(), compresslevel=6, mtime=0)
 
 
 class _Server(http.server.ThreadingHTTPServer):
@@ -158,6 +207,10 @@ class PageReport:
     broken_images: list[str] = field(default_factory=list)
     links: list[str] = field(default_factory=list)
     ids: set[str] = field(default_factory=set)
+    title: str = ""
+    numbers: list[str] = field(default_factory=list)     # "Fig. 4.2", "(4.7)", "Proposition 4.3" …
+    captions: list[str] = field(default_factory=list)    # the sidebar's part captions
+    chapter_titles: list[str] = field(default_factory=list)   # the sidebar's chapter links
 
 
 @dataclass
@@ -190,6 +243,13 @@ PAGE_FACTS = """async () => {
     broken_images: images.filter((i) => !(i.complete && i.naturalWidth > 0)).map((i) => i.getAttribute("src")),
     links: Array.from(document.querySelectorAll("a[href]")).map((a) => a.href),
     ids: Array.from(document.querySelectorAll("[id], a[name]")).map((e) => e.id || e.getAttribute("name")),
+    title: document.title,
+    numbers: Array.from(document.querySelectorAll(".bd-article .caption-number, .bd-article .eqno"))
+      .map((e) => e.textContent.replace(/#$/, "").replace(/\\s+/g, " ").trim()),
+    captions: Array.from(document.querySelectorAll(".bd-sidebar-primary .bd-toc-item p.caption"))
+      .map((e) => e.textContent.trim()),
+    chapter_titles: Array.from(document.querySelectorAll(".bd-sidebar-primary .bd-toc-item a.reference"))
+      .map((e) => e.textContent.replace(/\\s+/g, " ").trim()),
   };
 }"""
 
@@ -218,7 +278,7 @@ async def _visit(page, site: Path, server: str, path: str, report: PageReport, e
         return
     facts = await page.evaluate(PAGE_FACTS)
     for key in ("math_elements", "math_rendered", "math_errors", "unnumbered_displays", "images", "broken_images",
-                "links"):
+                "links", "title", "numbers", "captions", "chapter_titles"):
         setattr(report, key, facts[key])
     report.ids = set(facts["ids"])
     if path == "search.html":
@@ -449,6 +509,65 @@ def test_search_finds_a_word(crawl: Crawl) -> None:
     assert crawl.search_results > 0, f"searching for {SEARCH_WORD!r} found nothing"
 
 
+def test_titles_are_plain_text(crawl: Crawl) -> None:
+    """The browser tab shows a title's symbols, never TeX source (chapter 4: "why √d_k")."""
+    tex = {p: r.title for p, r in crawl.pages.items() if re.search(r"\\|\$|\{|\}", r.title)}
+    assert not tex, f"titles with TeX source: {tex}"
+    assert "√d_k" in crawl.pages["notebooks/04-cosine-vs-dot.html"].title
+
+
+def test_no_index_pages_and_no_links_to_them(crawl: Crawl) -> None:
+    """No empty general index (genindex.html) and no domain index (sphinx-proof's "Proof Index",
+    prf-prf.html, which listed file paths): neither built nor linked."""
+    index_page = re.compile(r"(^|/)(genindex|py-modindex|[a-z]+-[a-z]+index|prf-prf)\.html$")
+    built = [p for p in crawl.pages if index_page.search(p)]
+    linked = sorted({f"{p}: {link}" for p, r in crawl.pages.items() for link in r.links
+                     if _is_local(link, crawl.base) and index_page.search(urlsplit(link).path)})
+    assert not built and not linked, f"index pages built: {built}; linked: {linked[:5]}"
+
+
+def chapter_number(path: str) -> int | None:
+    """The chapter number of a chapter page (notebooks/04-….html -> 4, 06b -> 6)."""
+    match = re.match(r"notebooks/(\d\d)[a-z]?-", path)
+    return int(match[1]) if match else None
+
+
+def test_numbering_is_per_chapter(crawl: Crawl) -> None:
+    """Figures, equations and proof directives of chapter N read "Fig. N.k", "(N.k)",
+    "Proposition N.k" (chapter 6's trained-decoder page goes on with chapter 6's numbers)."""
+    chapters = {p: chapter_number(p) for p in crawl.pages if chapter_number(p) is not None}
+    assert len(chapters) >= 9, chapters
+    wrong, counts = [], {}
+    for path, n in chapters.items():
+        numbers = crawl.pages[path].numbers
+        counts[path] = len(numbers)
+        for label in numbers:
+            if not re.fullmatch(rf"(\({n}\.\d+\)|[A-Z][a-z]+\.? {n}\.\d+)", label):
+                wrong.append(f"{path}: {label!r}")
+    assert not wrong, "numbers that are not per chapter:\n" + "\n".join(wrong[:30])
+    # The checks above cover what is numbered: chapter 4 has figures, equations and propositions.
+    labels = crawl.pages["notebooks/04-cosine-vs-dot.html"].numbers
+    assert {"Fig.", "Proposition"} <= {label.split()[0] for label in labels if " " in label}, labels
+    assert any(label.startswith("(4.") for label in labels), labels
+    assert all(label.startswith("(6.") for label in crawl.pages["notebooks/06-trained-model.html"].numbers
+               if label.startswith("(")), "chapter 6's equations"
+
+
+def test_sidebar_captions_do_not_repeat_chapter_titles(crawl: Crawl) -> None:
+    report = crawl.pages["notebooks/01-nonlinearity.html"]
+    assert report.captions and report.chapter_titles, (report.captions, report.chapter_titles)
+
+    def words(text: str) -> str:
+        return re.sub(r"^[\d.\s·]+", "", text).strip().lower()
+
+    titles = {words(t) for t in report.chapter_titles}
+    repeated = [c for c in report.captions if words(c) in titles or any(words(c) and words(c) in t for t in titles)]
+    assert not repeated, f"sidebar captions that repeat a chapter's title: {repeated}"
+    # The chapters are numbered in the sidebar: "1. Where the nonlinearity lives" … "8. …".
+    numbered = [t for t in report.chapter_titles if re.match(r"[1-8]\. ", t)]
+    assert len(numbered) == 8, report.chapter_titles
+
+
 
 # ------------------------------------------------------------------------------------------
 # Layout at desktop and phone width
@@ -496,6 +615,29 @@ LAYOUT_FACTS = """async () => {
       if (!["auto", "scroll"].includes(getComputedStyle(box).overflowX)) unscrollable.push(label(m));
     }
   }
+  // Every formula (inline or displayed) that does not fit: cut off by a box that does not scroll
+  // (pydata-sphinx-theme's span.math has overflow: hidden), or scrolling without a cue (book.js
+  // marks a scroll box with hidden content math-more-left / math-more-right; book.css draws a shadow).
+  const clipped = [], uncued = [];
+  let scrolling = 0;
+  for (const m of document.querySelectorAll(".bd-article mjx-container")) {
+    if (!shown(m)) continue;
+    const r = m.getBoundingClientRect();
+    let box = m;
+    while (box && box !== document.body && getComputedStyle(box).overflowX === "visible") box = box.parentElement;
+    const text = (m.closest(".math") || m).getAttribute("data-tex") || label(m.closest(".math") || m);
+    if (!box || box === document.body) {
+      if (r.right > doc.clientWidth + 1) clipped.push(text);
+      continue;
+    }
+    const b = box.getBoundingClientRect();
+    if (box.scrollWidth <= box.clientWidth + 2 || (r.right <= b.right + 2 && r.left >= b.left - 2)) continue;
+    if (["hidden", "clip"].includes(getComputedStyle(box).overflowX)) { clipped.push(text); continue; }
+    scrolling += 1;
+    const cue = box.classList.contains("math-more-right") || box.classList.contains("math-more-left");
+    const shadow = getComputedStyle(box).boxShadow;
+    if (!cue || !shadow || shadow === "none") uncued.push(text);
+  }
   const search_boxes = Array.from(document.querySelectorAll(".search-button-field, #searchbox, form.bd-search"))
     .filter(shown).length;
   // Claim sections: the verdict box before the first code cell that shows its code.
@@ -513,7 +655,7 @@ LAYOUT_FACTS = """async () => {
     .reduce((sum, i) => sum + i.getBoundingClientRect().height, 0);
   return {distorted, page_scroll: doc.scrollWidth > doc.clientWidth, scroll_width: doc.scrollWidth,
           client_width: doc.clientWidth, culprits: Array.from(new Set(culprits)).slice(0, 8),
-          equations: displays.length, too_wide, unscrollable, search_boxes, claims,
+          equations: displays.length, too_wide, unscrollable, search_boxes, claims, clipped, uncued, scrolling,
           code_share: article ? code_height / article.getBoundingClientRect().height : 0, figures: images.length};
 }""" % {"tolerance": ASPECT_TOLERANCE}
 
@@ -531,11 +673,42 @@ async def _layout_crawl(playwright_api, server: str, pages: list[str]) -> dict[t
         for width in WIDTHS:
             context = await browser.new_context(viewport={"width": width, "height": 900}, color_scheme="light")
             page = await context.new_page()
+            # At phone width every chapter page is weighed: loaded with an empty cache, every
+            # request's transferred bytes (Chromium's encodedDataLength) and decoded size counted.
+            weigh = width == min(WIDTHS)
+            cdp = await context.new_cdp_session(page) if weigh else None
+            requests: dict[str, dict] = {}
+            if cdp is not None:
+                await cdp.send("Network.enable")
+                cdp.on("Network.requestWillBeSent",
+                       lambda e: requests.setdefault(e["requestId"], {"url": e["request"]["url"]}))
+                cdp.on("Network.loadingFinished",
+                       lambda e: requests.get(e["requestId"], {}).update(bytes=e["encodedDataLength"]))
+                cdp.on("Network.dataReceived",
+                       lambda e: requests.get(e["requestId"], {}).update(
+                           decoded=requests.get(e["requestId"], {}).get("decoded", 0) + e["dataLength"]))
             for path in pages:
+                chapter = weigh and path.startswith("notebooks/")
+                if cdp is not None:
+                    await cdp.send("Network.setCacheDisabled", {"cacheDisabled": chapter})
+                requests.clear()
                 await page.goto(server + path, wait_until="load")
                 facts[(width, path)] = await page.evaluate(LAYOUT_FACTS)
+                if chapter:
+                    await page.wait_for_load_state("networkidle")
+                    done = [r for r in requests.values() if "bytes" in r]
+                    urls = [urlsplit(r["url"]).path for r in done]
+                    facts[(width, path)]["weight"] = {
+                        "bytes": sum(r["bytes"] for r in done), "decoded": sum(r.get("decoded", 0) for r in done),
+                        "requests": len(done), "unfinished": len(requests) - len(done),
+                        "twice": sorted({u for u in urls if urls.count(u) > 1}),
+                        "mathjax": [u for u in urls if re.search(r"/mathjax/[^/]*\.js$", u)],
+                        "largest": sorted(((r["bytes"], urlsplit(r["url"]).path) for r in done), reverse=True)[:5]}
                 if path == "notebooks/01-nonlinearity.html":
                     await page.screenshot(path=str(ARTEFACTS / f"chapter-{width}.png"))
+                if path == "notebooks/04-cosine-vs-dot.html" and width == min(WIDTHS):
+                    await page.locator("div.math").first.scroll_into_view_if_needed()
+                    await page.screenshot(path=str(ARTEFACTS / f"formulas-{width}.png"))
             await context.close()
         await browser.close()
     return facts
@@ -597,3 +770,157 @@ def test_visible_code_is_at_most_a_quarter_of_each_chapter(layout) -> None:
     assert shares, "no chapter"
     over = {path: f"{share:.0%}" for path, share in shares.items() if share > MAX_CODE_SHARE}
     assert not over, f"chapters whose visible code is more than {MAX_CODE_SHARE:.0%} of their height: {over}"
+
+
+def test_no_formula_is_cut_off_and_every_wide_one_shows_a_cue(layout) -> None:
+    clipped = [f"{width} px {path}: {', '.join(facts['clipped'][:4])}" for (width, path), facts in layout.items()
+               if facts["clipped"]]
+    uncued = [f"{width} px {path}: {', '.join(facts['uncued'][:4])}" for (width, path), facts in layout.items()
+              if facts["uncued"]]
+    assert not clipped, "formulas cut off by a box that does not scroll:\n" + "\n".join(clipped)
+    assert not uncued, "formulas that scroll sideways without a cue:\n" + "\n".join(uncued)
+    # The check saw formulas that need a swipe on a phone (it measures something).
+    assert sum(f["scrolling"] for (w, _), f in layout.items() if w == min(WIDTHS)) > 0
+
+
+def test_chapter_pages_weigh_at_most_1_5_mb_and_load_mathjax_once(layout) -> None:
+    weights = {path: facts["weight"] for (width, path), facts in layout.items() if "weight" in facts}
+    assert len(weights) >= 9, sorted(weights)
+    heavy = {p: f"{w['bytes'] / 1e6:.2f} MB in {w['requests']} requests (largest: {w['largest'][:3]})"
+             for p, w in weights.items() if w["bytes"] > MAX_PAGE_BYTES}
+    assert not heavy, f"chapter pages over {MAX_PAGE_BYTES / 1e6} MB transferred: {heavy}"
+    twice = {p: w["twice"] for p, w in weights.items() if w["twice"]}
+    assert not twice, f"files requested twice by one page: {twice}"
+    mathjax = {p: w["mathjax"] for p, w in weights.items() if len(w["mathjax"]) != 1}
+    assert not mathjax, f"MathJax's component should load once per page: {mathjax}"
+    unfinished = {p: w["unfinished"] for p, w in weights.items() if w["unfinished"]}
+    assert not unfinished, f"requests still running when the page was weighed: {unfinished}"
+
+
+# ------------------------------------------------------------------------------------------
+# The menu and contents buttons, with a real click
+# ------------------------------------------------------------------------------------------
+
+DRAWER = """(which) => {
+  const dialog = document.getElementById(`pst-${which}-sidebar-modal`);
+  const sidebar = document.getElementById(`pst-${which}-sidebar`);
+  const inView = (a) => { const r = a.getBoundingClientRect();
+    return r.width > 0 && r.height > 0 && r.right > 0 && r.left < window.innerWidth && r.top < window.innerHeight; };
+  const links = Array.from(document.querySelectorAll(`#pst-${which}-sidebar-modal a[href], #pst-${which}-sidebar a[href]`))
+    .filter(inView).map((a) => a.getAttribute("href"));
+  const r = sidebar.getBoundingClientRect();
+  return {open: dialog.open, links, sidebar_in_view: r.width > 0 && r.right > 0};
+}"""
+
+
+async def _click_toggles(playwright_api, server: str, path: str) -> dict:
+    found: dict = {}
+    args = [*CHROMIUM_ARGS, f"--proxy-server={server.rstrip('/')}"]
+    async with playwright_api.async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=args, headless=True)
+        for width in WIDTHS:
+            page = await browser.new_page(viewport={"width": width, "height": 900})
+            await page.goto(server + path, wait_until="load")
+            await page.wait_for_load_state("networkidle")
+            for which in ("primary", "secondary"):
+                button = page.locator(f".{which}-toggle").locator("visible=true")
+                before = await page.evaluate(DRAWER, which)
+                if not await button.count():
+                    found[(width, which)] = {"button": False, "before": before}
+                    continue
+                await button.first.click()   # a real mouse click at the button's place
+                await page.wait_for_timeout(400)
+                after = await page.evaluate(DRAWER, which)
+                found[(width, which)] = {"button": True, "before": before, "after": after}
+                if width == min(WIDTHS) and which == "primary":
+                    await page.screenshot(path=str(ARTEFACTS / f"menu-open-{width}.png"))
+                await page.keyboard.press("Escape")
+                await page.wait_for_timeout(200)
+                if width == max(WIDTHS) and which == "primary":
+                    await button.first.click()   # show the sidebar again
+                    await page.wait_for_timeout(300)
+            await page.close()
+        await browser.close()
+    return found
+
+
+def test_menu_and_contents_buttons_open_their_drawers(site: Path, server: str) -> None:
+    """pydata-sphinx-theme 0.17.1 wires only the first, hidden .primary-toggle (#2451): below 960 px
+    the visible menu and contents buttons did nothing. book.js hands their clicks on."""
+    playwright_api = pytest.importorskip("playwright.async_api",
+                                         reason="the Python package playwright is not installed")
+    ARTEFACTS.mkdir(parents=True, exist_ok=True)
+    path = "notebooks/01-nonlinearity.html"
+    found = asyncio.run(_click_toggles(playwright_api, server, path))
+    phone, desktop = min(WIDTHS), max(WIDTHS)
+    chapters = {p.name for p in (site / "notebooks").glob("*.html")}
+    # On a phone: the menu opens a drawer showing every chapter; contents shows the page's sections.
+    menu = found[(phone, "primary")]
+    assert menu["button"] and not menu["before"]["open"], menu
+    assert menu["after"]["open"], f"the menu button did not open the drawer at {phone} px"
+    shown = {Path(link.split("#")[0]).name for link in menu["after"]["links"]}
+    assert chapters - {Path(path).name} <= shown, f"chapters not shown in the open menu: {sorted(chapters - shown)}"
+    contents = found[(phone, "secondary")]
+    assert contents["button"] and contents["after"]["open"], f"the contents button did not open at {phone} px"
+    assert sum(link.startswith("#") for link in contents["after"]["links"]) >= 5, contents["after"]["links"]
+    # On a desktop the menu button hides the sidebar (and shows it again); the contents are in view.
+    menu = found[(desktop, "primary")]
+    assert menu["button"] and menu["before"]["sidebar_in_view"] and not menu["after"]["sidebar_in_view"], menu
+    assert sum(link.startswith("#") for link in found[(desktop, "secondary")]["before"]["links"]) >= 5
+
+
+# ------------------------------------------------------------------------------------------
+# Search: the questions readers type
+# ------------------------------------------------------------------------------------------
+
+SEARCH_RESULTS = """async () => {
+  const t0 = Date.now();
+  // Sphinx's searchtools.js: the status line says "Search finished" once every result is listed;
+  // each result's snippet arrives later (the page is fetched).
+  const settled = () => {
+    const status = document.querySelector("#search-results .search-summary");
+    const items = Array.from(document.querySelectorAll("#search-results li"));
+    return status && /finished|did not match/i.test(status.textContent) && items.every((li) => li.querySelector("p.context"));
+  };
+  while (!settled() && Date.now() - t0 < 15000) await new Promise((r) => setTimeout(r, 100));
+  return Array.from(document.querySelectorAll("#search-results li")).map((li) => ({
+    href: li.querySelector("a").getAttribute("href"),
+    snippet: (li.querySelector("p.context") || {textContent: ""}).textContent}));
+}"""
+
+
+async def _search(playwright_api, server: str, queries: list[str]) -> dict[str, list[dict]]:
+    results = {}
+    args = [*CHROMIUM_ARGS, f"--proxy-server={server.rstrip('/')}"]
+    async with playwright_api.async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=args, headless=True)
+        page = await browser.new_page(viewport={"width": 1400, "height": 900})
+        for query in queries:
+            await page.goto(server + "search.html?" + urllib.parse.urlencode({"q": query}), wait_until="load")
+            results[query] = await page.evaluate(SEARCH_RESULTS)
+        await browser.close()
+    return results
+
+
+def test_search_returns_the_chapters_that_answer_a_question(server: str) -> None:
+    playwright_api = pytest.importorskip("playwright.async_api",
+                                         reason="the Python package playwright is not installed")
+    found = asyncio.run(_search(playwright_api, server, list(SEARCHES)))
+    (ARTEFACTS / "search.json").write_text(json.dumps(found, indent=1, ensure_ascii=False) + "\n")
+    missing, bad = {}, []
+    for query, expected in SEARCHES.items():
+        pages = {re.sub(r"\.html(#.*)?$", "", r["href"]) for r in found[query]}
+        if expected - pages:
+            missing[query] = sorted(expected - pages)
+        for r in found[query]:
+            snippet = r["snippet"]
+            if not snippet.strip():
+                bad.append(f"{query!r} -> {r['href']}: no snippet")
+            elif re.search(r"\\[A-Za-z]+|\\[(\[]|[_^]\{|\$", snippet):
+                bad.append(f"{query!r} -> {r['href']}: TeX in {snippet[:80]!r}")
+            elif re.search(r"\b([A-Z]\w+ [A-Z]\w+) \1\b", snippet):
+                bad.append(f"{query!r} -> {r['href']}: headings run together in {snippet[:80]!r}")
+            elif re.match(r"(…|\.\.\.)\s*[.,;:)\]}]", snippet):
+                bad.append(f"{query!r} -> {r['href']}: starts mid-word: {snippet[:40]!r}")
+    assert not missing, f"chapters that answer a question but are not found: {missing}"
+    assert not bad, "snippets:\n" + "\n".join(bad)
