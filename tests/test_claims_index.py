@@ -255,6 +255,11 @@ def test_index_gives_every_claim_its_verdict_and_reason(tmp_path: Path) -> None:
     assert "::::{dropdown} Why" in q1 and ":class-container: claim-fold" in q1        # the detail is folded
     assert "{phone-label}`MiniLM encoder:` {bdg-danger}`does not hold` {ref}`why <minilm-q1>`" in q1
     assert "*On MiniLM encoder:* A reason with $d_k$." in q1
+    assert "**" not in q1.split("::::{dropdown} Why")[1]              # no short reason given: none shown
+    with_short = _index_rows(index.render_index(book, {"Q1": {"verdict": claims.HOLDS, "reason": "Short."},
+                                                       "M5": {"verdict": claims.HOLDS, "reason": "Stale."}}))
+    assert "    **Short.**" in with_short["{ref}`Q1 <claim-q1>`"]
+    assert "Stale." not in "\n".join(with_short["{ref}`M5 <claim-m5>`"])
     m5 = "\n".join(rows["{ref}`M5 <claim-m5>`"])
     assert "{bdg-warning}`holds under conditions`" in m5 and "*Conditions:* an orthonormal basis." in m5
     assert "counterexample: a counterexample" in m5

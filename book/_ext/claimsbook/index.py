@@ -74,10 +74,19 @@ def _cell_lines(text: str, indent: str = "    ") -> list[str]:
     return [indent + line if line else "" for line in text.splitlines()]
 
 
-def _fold(book: Book, cid: str, record: VerdictOutput, models: list[str]) -> list[str]:
-    """The deciding detail of one claim, folded: the reason, the conditions, the deciding check,
-    and the reason of each recheck on a trained model."""
-    lines = [inline(record.reason)]
+def _short(reasons: dict | None, key: str, verdict: str) -> str | None:
+    """The short reason written in answers.yml for ``key`` if it was written for ``verdict``."""
+    entry = (reasons or {}).get(key)
+    if isinstance(entry, dict) and entry.get("verdict") == verdict and entry.get("reason"):
+        return inline(entry["reason"])
+    return None
+
+
+def _fold(book: Book, cid: str, record: VerdictOutput, models: list[str], reasons: dict | None = None) -> list[str]:
+    """The deciding detail of one claim, folded: the short reason, the recorded reason, the
+    conditions, the deciding check, and the reason of each recheck on a trained model."""
+    short = _short(reasons, cid, record.verdict)
+    lines = ([f"**{short}**", ""] if short else []) + [inline(record.reason)]
     if record.conditions:
         lines += ["", "*Conditions:* " + "; ".join(inline(c) for c in record.conditions) + "."]
     decided = record.deciding[:1]
@@ -91,7 +100,7 @@ def _fold(book: Book, cid: str, record: VerdictOutput, models: list[str]) -> lis
     return ["::::{dropdown} Why", ":class-container: claim-fold", "", *lines, "::::"]
 
 
-def _compact_row(book: Book, cid: str, models: list[str]) -> list[list[str]]:
+def _compact_row(book: Book, cid: str, models: list[str], reasons: dict | None = None) -> list[list[str]]:
     """One claim as list-table cells (each a list of lines): ID, claim (and its folded detail),
     verdict, one column per trained model."""
     claim = registry.CLAIMS[cid]
@@ -106,7 +115,7 @@ def _compact_row(book: Book, cid: str, models: list[str]) -> list[list[str]]:
         link = cid
     statement = [escape(claim.statement)]
     if record is not None:
-        statement += ["", *_fold(book, cid, record, models)]
+        statement += ["", *_fold(book, cid, record, models, reasons)]
     cells = [[link], statement, [_badge(record.verdict if record else None)]]
     for model in models:
         found = book.rechecks(cid, model)
@@ -120,9 +129,10 @@ def _compact_row(book: Book, cid: str, models: list[str]) -> list[list[str]]:
     return cells
 
 
-def render_index(book: Book) -> str:
+def render_index(book: Book, reasons: dict | None = None) -> str:
     """The claims index: every registry ID in one compact table, chapter by chapter — ID, claim,
-    verdict, one column per trained model — with the reason and the deciding check folded."""
+    verdict, one column per trained model — with the reason and the deciding check folded
+    (``reasons``: answers.yml's short reasons, shown first in the fold while still current)."""
     models = book.models()
     lines = [
         escape(_counts(book, registry.CLAIMS)) + " Each row: the claim as people make it, its verdict, "
@@ -155,7 +165,7 @@ def render_index(book: Book) -> str:
             else f"{number} · {escape(plain_title(chapter.title))} (not written yet)"
         rows.append([[f"{{phone-label}}`Chapter`"], [f"**{title}** — {escape(_counts(book, ids))}"],
                      [""], *([""] for _ in models)])
-        rows += [_compact_row(book, cid, models) for cid in ids]
+        rows += [_compact_row(book, cid, models, reasons) for cid in ids]
     lines += ["``````{list-table}", ":header-rows: 1", ":class: claims-compact", ""]
     for row in rows:
         for i, cell in enumerate(row):

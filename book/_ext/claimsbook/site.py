@@ -47,7 +47,7 @@ def source_read(app, docname: str, source: list[str]) -> None:
     def replace(match: re.Match) -> str:
         name, arg = match["name"], match["arg"].split()
         if name == "claims-index":
-            return render_index(book)
+            return render_index(book, load_answers(root).get("reasons"))
         if name == "short-answers":
             return render_answers_page(book, load_answers(root))
         if name == "claims-table":
