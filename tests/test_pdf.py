@@ -1,11 +1,20 @@
-"""The PDF edition (``make pdf``, tools/make_pdf.py) holds the whole book: every claim with its verdict.
+"""The PDF edition (``make pdf``, tools/make_pdf.py) holds the whole book and navigates like one.
 
 The test builds the book with the flags of ``make book`` into a private folder (or takes the site
-of ``$ATTENTION_CLAIMS_SITE``), prints it with tools/make_pdf.py (headless Chromium, pypdf) and
-reads the PDF's text back with pypdf. It checks that every page of ``_toc.yml`` was printed in
-order, every figure loaded and every equation was typeset (make_pdf refuses otherwise), and that
-for every verdict the notebooks store, the claim's ID appears in the text next to that verdict
-(the verdict box under its proposition and the claims index both print it).
+of ``$ATTENTION_CLAIMS_SITE``), prints it once with tools/make_pdf.py (headless Chromium, pypdf)
+and reads the PDF back with pypdf: its text, with the position, font and size of every run; its
+link annotations; its outline; its page labels. It checks that
+
+* every page of ``_toc.yml`` was printed in order, every figure loaded and every equation was
+  typeset (make_pdf refuses otherwise), and every claim's ID is printed next to its verdict;
+* no link points to the temporary print server, links into the book jump to a page of the PDF,
+  and a link to a claim lands on the page that prints that claim's heading;
+* every page but the title page prints its number, and the page labels say the same;
+* there is a bookmark per page of the table of contents and, nested under its chapter, one per
+  claim, landing on the page that prints the claim's ID;
+* every chapter prints at one scale (its title at the same size as every other title; its body
+  text at the stylesheet's 12 pt: Chromium shrinks a whole page when one output is too wide);
+* no line of code runs past the right margin; no page but a part's last is mostly empty.
 """
 
 from __future__ import annotations
@@ -26,14 +35,14 @@ import make_pdf  # noqa: E402
 from attnref.book import claims  # noqa: E402
 
 BOOK_FLAGS = ["-n", "-W", "--keep-going"]   # the flags of `make book`
+NUMBER = r"\d+(\.\d+)*\.?\s+"   # a section's number before its title: "1.1. Q1 · …"
 WINDOW = 120   # characters on either side of a claim ID in which its verdict must be printed
 
 pytestmark = pytest.mark.skipif(not make_pdf.CHROMIUM.exists(),
                                 reason="no Chromium at /usr/bin/chromium: apt-get install -y chromium")
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
+def _site(tmp_path_factory) -> Path:
     if os.environ.get("ATTENTION_CLAIMS_SITE"):
         return Path(os.environ["ATTENTION_CLAIMS_SITE"]).resolve()
     out = tmp_path_factory.mktemp("book")
@@ -45,7 +54,10 @@ def site(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def pdf(site: Path, tmp_path_factory) -> Path:
+def pdf(tmp_path_factory) -> Path:
+    if os.environ.get("ATTENTION_CLAIMS_PDF"):   # a PDF printed already (while changing these tests)
+        return Path(os.environ["ATTENTION_CLAIMS_PDF"]).resolve()
+    site = _site(tmp_path_factory)
     out = tmp_path_factory.mktemp("pdf") / "attention-claims.pdf"
     # (make_pdf also copies the PDF into the site's downloads/ folder, as `make pdf` does.)
     assert make_pdf.main(["--site", str(site), "--out", str(out)]) == 0
@@ -53,10 +65,48 @@ def pdf(site: Path, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def text(pdf: Path) -> str:
+def reader(pdf: Path):
     from pypdf import PdfReader
 
-    return " ".join(" ".join((page.extract_text() or "").split()) for page in PdfReader(pdf).pages)
+    return PdfReader(pdf)
+
+
+@pytest.fixture(scope="module")
+def pages(reader) -> list[dict]:
+    """Per page: its text (whitespace collapsed) and its text runs ``(text, x, y, size, font)``
+    in PDF points (size = the font size times the vertical scale of the text and page matrices)."""
+    found = []
+    for page in reader.pages:
+        runs = []
+
+        def visit(text, cm, tm, font, size, runs=runs):
+            if text.strip():
+                scale = abs(tm[3] * cm[3]) or 1
+                runs.append((text, cm[4] + tm[4] * cm[0], cm[5] + tm[5] * cm[3], size * scale,
+                             str(font.get("/BaseFont", "")) if font else ""))
+
+        text = page.extract_text(visitor_text=visit) or ""
+        found.append({"text": " ".join(text.split()), "runs": runs,
+                      "width": float(page.mediabox.width), "height": float(page.mediabox.height)})
+    return found
+
+
+@pytest.fixture(scope="module")
+def text(pages: list[dict]) -> str:
+    return " ".join(p["text"] for p in pages)
+
+
+def chapters_of(reader) -> list[tuple[str, int, int, list]]:
+    """The top-level bookmarks as ``(title, first page index, end page index, children)``."""
+    items, outline = [], reader.outline
+    for k, item in enumerate(outline):
+        if isinstance(item, list):
+            continue
+        children = outline[k + 1] if k + 1 < len(outline) and isinstance(outline[k + 1], list) else []
+        items.append([item.title, reader.get_destination_page_number(item), None, children])
+    for k, item in enumerate(items):
+        item[2] = items[k + 1][1] if k + 1 < len(items) else len(reader.pages)
+    return [tuple(i) for i in items]
 
 
 def stored_verdicts() -> list[dict]:
@@ -75,15 +125,155 @@ def stored_verdicts() -> list[dict]:
     return found
 
 
-def test_pdf_has_a_page_per_toc_entry_in_order(pdf: Path) -> None:
-    from pypdf import PdfReader
-
-    reader = PdfReader(pdf)
-    titles = [item.title for item in reader.outline if not isinstance(item, list)]
+def test_pdf_has_a_page_per_toc_entry_in_order(pdf: Path, reader) -> None:
+    chapters = chapters_of(reader)
+    titles = [c[0] for c in chapters]
     assert len(titles) == len(make_pdf.toc_pages()), titles
-    assert not [t for t in titles if "\\" in t], f"TeX in a bookmark (bookmarks are plain text): {titles}"
+    every = titles + [child.title for c in chapters for child in c[3]]
+    assert not [t for t in every if "\\" in t or "<" in t], f"TeX or HTML in a bookmark (plain text only): {every}"
+    starts = [c[1] for c in chapters]
+    assert starts == sorted(starts) and len(set(starts)) == len(starts), f"bookmarks out of order: {starts}"
     assert len(reader.pages) > len(titles)
     assert (pdf.parent / pdf.name).stat().st_size > 100_000
+
+
+def _links(reader):
+    for index, page in enumerate(reader.pages):
+        for ref in page.get("/Annots") or []:
+            annotation = ref.get_object()
+            if annotation.get("/Subtype") == "/Link":
+                yield index, annotation
+
+
+def test_links_stay_inside_the_pdf_or_go_to_other_hosts(reader) -> None:
+    """No link to the print server; a link into the book is a jump to a page of this PDF."""
+    page_refs = {page.indirect_reference.idnum: k for k, page in enumerate(reader.pages)}
+    local, jumps, external, bad = [], 0, 0, []
+    for index, annotation in _links(reader):
+        action = annotation.get("/A")
+        uri = str(action.get_object().get("/URI", "")) if action is not None else ""
+        if uri:
+            if re.match(r"https?://(127\.|localhost|\[::1\])", uri) or not re.match(r"(https?|mailto):", uri):
+                local.append(f"p. {index + 1}: {uri}")
+            external += 1
+            continue
+        dest = annotation.get("/Dest")
+        if dest is None and action is not None:
+            dest = action.get_object().get("/D")
+        if not (hasattr(dest, "__len__") and len(dest) >= 2 and dest[0].idnum in page_refs):
+            bad.append(f"p. {index + 1}: {dest}")
+            continue
+        jumps += 1
+    assert not local, f"{len(local)} links to the temporary print server or to files: {local[:5]}"
+    assert not bad, f"{len(bad)} links whose target is not a page of the PDF: {bad[:5]}"
+    assert jumps > 100, f"only {jumps} links inside the PDF"
+    assert external > 0, "no external link left (the references link the papers)"
+
+
+def test_a_link_to_a_claim_lands_on_its_heading(reader, pages) -> None:
+    """In the claims index each claim's ID is a link to the claim: every such link (its rectangle
+    on the page holds the ID alone) lands on the page that prints the claim's heading, with the
+    heading just below the point it jumps to (a link resolved to its page's start would not)."""
+    page_refs = {page.indirect_reference.idnum: k for k, page in enumerate(reader.pages)}
+    chapters = chapters_of(reader)
+    (index_chapter,) = [c for c in chapters if c[0].startswith("Claims index")]
+    ids = {c.id for c in claims.CLAIMS.values()}
+    checked, wrong = set(), []
+    for index, annotation in _links(reader):
+        if not (index_chapter[1] <= index < index_chapter[2]) or "/Dest" not in annotation:
+            continue
+        x0, y0, x1, y1 = (float(v) for v in annotation["/Rect"])
+        label = " ".join(r[0] for r in pages[index]["runs"]
+                         if x0 - 1 <= r[1] <= x1 and y0 - 1 <= r[2] <= y1 + 1).strip()
+        if label not in ids:
+            continue
+        dest = annotation["/Dest"]
+        target = page_refs[dest[0].idnum]
+        top = float(dest[3]) if isinstance(dest[3], (int, float)) else pages[target]["height"]   # null: the page's top
+        heading = [r for r in pages[target]["runs"]
+                   if re.match(rf"{label}\b", r[0].strip()) and top - 100 <= r[2] <= top + 2]
+        checked.add(label)
+        if not heading:
+            wrong.append(f"{label}: p. {index + 1} -> p. {target + 1} at {top:.0f} pt: {pages[target]['text'][:60]!r}")
+    assert len(checked) >= len(ids) // 2, f"only {len(checked)} claim IDs found as links in the claims index"
+    assert not wrong, f"links to a claim that do not land on its heading: {wrong[:5]}"
+
+
+def test_every_page_but_the_title_prints_its_number(reader, pages) -> None:
+    unnumbered = [k + 1 for k, p in enumerate(pages[1:], start=1)
+                  if not re.search(rf"(^|\s){k + 1}$", p["text"])]
+    assert not unnumbered, f"pages without their number at the foot: {unnumbered[:10]}"
+    assert list(reader.page_labels) == [str(k + 1) for k in range(len(pages))]
+
+
+def test_a_bookmark_per_claim_under_its_chapter(reader, pages) -> None:
+    """Under each chapter's bookmark, one per claim of the catalogue (``L1 · …``), landing on a page
+    of that chapter that prints the claim's ID."""
+    chapters = chapters_of(reader)
+    toc = make_pdf.toc_pages()
+    assert len(chapters) == len(toc)
+    missing, astray = [], []
+    for chapter in claims.CHAPTERS.values():
+        if f"{chapter.notebook}.html" not in toc:
+            continue
+        title, first, end, children = chapters[toc.index(f"{chapter.notebook}.html")]
+        for claim in (c for c in claims.CLAIMS.values() if c.chapter == chapter.number):
+            hits = [child for child in children if re.match(rf"({NUMBER})?{claim.id}\b", child.title)]
+            if not hits:
+                missing.append(f"{claim.id} (under {title!r})")
+            for child in hits:
+                target = reader.get_destination_page_number(child)
+                if not (first <= target < end and re.search(rf"\b{claim.id}\b", pages[target]["text"])):
+                    astray.append(f"{claim.id}: bookmark to p. {target + 1}, outside its chapter or not printing it")
+    assert not missing, f"claims without a bookmark under their chapter: {missing}"
+    assert not astray, astray
+
+
+def test_every_chapter_prints_at_one_scale(reader, pages) -> None:
+    """Each part's title (the largest text on its first page) has one size across the book, and
+    the body text of every chapter (its most frequent size) is the stylesheet's 12 pt: a page
+    Chromium shrinks to fit a wide output prints both smaller (67–74 % before the fix)."""
+    from collections import Counter
+
+    chapters = chapters_of(reader)
+    titles = {c[0]: round(max(r[3] for r in pages[c[1]]["runs"]), 1) for c in chapters}
+    assert len(set(titles.values())) == 1, f"chapter titles at different sizes (pt): {titles}"
+    body = {}
+    for title, first, end, _ in chapters:
+        sizes = Counter(round(r[3], 1) for p in pages[first:end] for r in p["runs"]
+                        for _ in range(len(r[0])) if "Mono" not in r[4])
+        body[title] = sizes.most_common(1)[0][0]
+    small = {t: s for t, s in body.items() if s < 11.5 and "Claims index" not in t}
+    assert not small, f"chapters whose body text prints below 12 pt (a shrunk page): {small}"
+
+
+def test_no_code_runs_past_the_margin(pages) -> None:
+    """A monospaced run ends at x + characters × 0.602 em (DejaVu Sans Mono's advance); it must end
+    inside the page's right margin (a cut line was printed past the margin and clipped)."""
+    right_margin = 14 / 25.4 * 72
+    cut = []
+    for k, p in enumerate(pages):
+        for text, x, y, size, font in p["runs"]:
+            if "Mono" in font and x + len(text.rstrip()) * 0.602 * size > p["width"] - right_margin + 3:
+                cut.append(f"p. {k + 1}: {text[:40]!r}")
+    assert not cut, f"{len(cut)} code runs past the right margin: {cut[:5]}"
+
+
+def test_no_page_is_mostly_empty(reader, pages) -> None:
+    """Every page but a part's last carries text down to its lower half (a block that could not
+    break, moved whole to the next page, left most of a page empty). A page holding only a figure
+    counts as full if the figure's image fills it: checked by the image's drawn height."""
+    chapters = chapters_of(reader)
+    last = {c[2] - 1 for c in chapters} | {0}
+    foot = 16 / 25.4 * 72   # the bottom margin, where the page number is
+    empty = []
+    for k, p in enumerate(pages):
+        if k in last:
+            continue
+        lowest = min((y for text, x, y, size, font in p["runs"] if y > foot), default=p["height"])
+        if lowest > p["height"] / 2 and not reader.pages[k].images:
+            empty.append(f"p. {k + 1} (text ends {1 - lowest / p['height']:.0%} down)")
+    assert not empty, f"near-empty pages: {empty}"
 
 
 def test_pdf_holds_every_claim_with_its_verdict(text: str) -> None:

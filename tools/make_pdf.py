@@ -6,9 +6,24 @@ Route (offline, no LaTeX): the site is served on 127.0.0.1 and the Chromium of t
 (``/usr/bin/chromium``, driven by Playwright) prints every page listed in ``_toc.yml``, in order,
 with ``page.pdf`` once MathJax has typeset every equation and every figure has loaded, using the
 site's print stylesheet (``book/_ext/static/print.css``: the article only, no sidebars, buttons or
-search; folded code (``hide-input``) left out, visible code wrapped). pypdf joins the parts behind
-a title page, with a bookmark per page, and stores the fonts the parts share once. (One long
-HTML page of all articles prints too, but MathJax typesets ~2,000 formulas on one page in minutes.) The PDF is written to ``_build/downloads/`` and copied into the site's ``downloads/``
+search; folded code (``hide-input``) left out) and the print rules of this file (``PRINT_EXTRA``,
+``FIT_COLUMN``): the page is laid out at the width of the printed column, visible code and
+outputs wrap, a display, table or figure wider than the column is scaled down by itself (never
+the page: every chapter prints at 100 %), and a block that would leave most of a page empty
+before it is allowed to break. pypdf then joins the parts behind a title page and
+
+* turns every link into the site into a link inside the PDF: Chromium writes a named destination
+  for every element id of a page (each page gets hidden same-page links to its ids, the only
+  ones Chromium writes destinations for), and a link to ``page.html#id`` becomes a jump to that
+  destination; links to a figure's image file are dropped, links to other hosts stay external;
+* adds a bookmark per page of the table of contents and, nested under it, one per section
+  (each claim's section: ``L1 · Linear maps in a row collapse …``);
+* prints a page number (and the chapter's title) on every page but the title page, from a second
+  Chromium print of running headers laid over the pages, and sets the page labels to match;
+* stores the fonts the parts share once.
+
+(One long HTML page of all articles prints too, but MathJax typesets ~3,000 formulas on one page in
+minutes.) The PDF is written to ``_build/downloads/`` and copied into the site's ``downloads/``
 folder; the landing and reproduce pages link it once the site is built again (``make pdf`` does).
 """
 
@@ -39,10 +54,71 @@ TITLE_PAGE = "(title page)"   # printed from the first page, its article replace
 ARTICLE = re.compile(r'<article class="bd-article"[^>]*>(.*?)</article>', re.S)
 MARGINS = {"top": "16mm", "bottom": "16mm", "left": "14mm", "right": "14mm"}
 
+PAGE_WIDTH_MM, PAGE_HEIGHT_MM = 210, 297   # A4
+COLUMN_PX = round((PAGE_WIDTH_MM - 28) / 25.4 * 96)    # the printed column (A4 less the margins) in CSS px
+PAGE_PX = round((PAGE_HEIGHT_MM - 32) / 25.4 * 96)     # the printed height of one page in CSS px
+MIN_ZOOM = 0.6   # a display or table that must shrink more than this to fit the column is reported
+
 PRINT_EXTRA = """
   .pdf-title { text-align: center; padding-top: 30vh; }
   .pdf-title h1 { font-size: 2.6em; border: none; }
+  /* Code and text outputs wrap at the margin, anywhere if they must (a long token has no space). */
+  pre, .cell_input pre, .cell_output pre, .output pre {
+    white-space: pre-wrap !important; overflow-wrap: anywhere !important; word-break: break-word;
+  }
+  /* A wide display or table is scaled by FIT_COLUMN, alone; nothing may widen the page. */
+  mjx-container[display="true"] { max-width: 100%; }
+  .bd-article { overflow-wrap: break-word; }
+  img, svg:not(mjx-container svg) { max-width: 100% !important; }
+  img { max-height: 60vh; object-fit: contain; }
+  /* Tables break between rows (the theme's scroll box would print each table whole). */
+  .pst-scrollable-table-container, .table-wrapper { display: block !important; }
 """
+
+# After the print styles: every element wider than the printed column is scaled down by itself
+# (CSS zoom), then every block that Chromium must not break (figures, proofs, verdict boxes) and
+# that is taller than a third of a page may break after all (moved whole to the next page, it left most
+# of a page empty). Returns what it did and whatever still sticks out of the column.
+FIT_COLUMN = """([minZoom, pageHeight]) => {
+  const article = document.querySelector('.bd-article');
+  const right = () => article.getBoundingClientRect().right + 2;   // 2 px: rounding of zoomed boxes
+  const zoomed = [];
+  const wide = article.querySelectorAll('mjx-container, table, .cell_output .output, .output_area, img, svg');
+  for (const el of wide) {
+    if (el.closest('mjx-container') && el.tagName !== 'MJX-CONTAINER') continue;   // a part of a formula
+    if (el.parentElement.closest('[style*="zoom"]')) continue;   // inside a scaled element: zooms multiply
+    const box = el.getBoundingClientRect();
+    // An inline formula moves to a line of its own before it sticks out: it must fit the column.
+    const inline = el.tagName === 'MJX-CONTAINER' && el.getAttribute('display') !== 'true';
+    const room = inline ? article.clientWidth : right() - 2 - box.left;
+    if (inline && box.width <= room) continue;
+    const need = Math.max(el.scrollWidth, box.width);
+    if (need > room + 1 && room > 0) {
+      const zoom = Math.max(0.3, Math.floor(room / need * 1000) / 1000);
+      el.style.zoom = zoom;
+      zoomed.push({what: el.tagName.toLowerCase() + '.' + (el.className.baseVal ?? el.className), zoom});
+    }
+  }
+  let unbroken = 0;
+  for (const el of article.querySelectorAll('figure, .proof, .verdict-box, .admonition, table, tr, .cell')) {
+    if (el.getBoundingClientRect().height > pageHeight / 3) {
+      el.style.breakInside = 'auto'; el.style.pageBreakInside = 'auto'; unbroken += 1;
+    }
+  }
+  const limit = right();
+  const overflow = [];
+  for (const el of article.querySelectorAll('*')) {
+    if (el.tagName.startsWith('MJX-') && el.tagName !== 'MJX-CONTAINER') continue;   // its container is checked
+    if (el.closest('mjx-assistive-mml')) continue;
+    const box = el.getBoundingClientRect();
+    if (box.width > 0 && box.right > limit && getComputedStyle(el).visibility !== 'hidden') {
+      overflow.push(el.tagName.toLowerCase() + '.' + (el.className.baseVal ?? el.className) + ' +' + Math.round(box.right - limit) + 'px');
+    }
+  }
+  return {zoomed, unbroken, overflow: overflow.slice(0, 10), overflowCount: overflow.length,
+          smallest: zoomed.reduce((m, z) => Math.min(m, z.zoom), 1),
+          pageWidth: document.documentElement.scrollWidth, column: article.clientWidth};
+}"""
 
 WAIT_FOR_PAGE = """async () => {
   const images = Array.from(document.images);
@@ -55,6 +131,33 @@ WAIT_FOR_PAGE = """async () => {
           typeset: document.querySelectorAll(".math mjx-container").length};
 }"""
 
+# Chromium writes a named destination only for an element that a link of the same page points
+# to: one hidden same-page link per element id of the article gives every id a destination.
+DESTINATIONS = """() => {
+  const article = document.querySelector('.bd-article');
+  // An empty anchor before a heading (<span id="claim-l1"></span><h2>) stays at the foot of the
+  // previous page when the heading moves to the next one: it goes inside the heading. A section's
+  // own id marks where its box starts, possibly on the previous page too: its heading gets a
+  // marker "pdf-heading-<id>" that merge() prefers.
+  for (const span of article.querySelectorAll('span[id]:empty')) {
+    const next = span.nextElementSibling;
+    if (next && /^H[1-6]$/.test(next.tagName)) { span.textContent = '\\u200b'; next.prepend(span); }
+  }
+  for (const heading of article.querySelectorAll('section[id] > h1, section[id] > h2, section[id] > h3')) {
+    const marker = document.createElement('span');
+    marker.id = 'pdf-heading-' + heading.parentElement.id;
+    marker.textContent = '\\u200b';   // a zero-width space: an empty inline box may be placed on the page before
+    heading.prepend(marker);
+  }
+  const ids = Array.from(document.querySelectorAll('.bd-article [id]')).map((el) => el.id);
+  const box = document.createElement('div');
+  box.style.display = 'none';
+  for (const id of new Set(ids)) {
+    const a = document.createElement('a'); a.href = '#' + encodeURIComponent(id); box.appendChild(a);
+  }
+  article.appendChild(box);
+  return ids.length;
+}"""
 
 def toc_pages(root: Path = ROOT) -> list[str]:
     """The site's pages (``book/intro.html``, …) in the order of ``_toc.yml``."""
@@ -108,6 +211,18 @@ def _serve(directory: Path):
         httpd.server_close()
 
 
+SECTION = re.compile(r'<section id="([^"]+)"[^>]*>\s*(?:<span id="[^"]*"></span>\s*)*<h2>(.*?)<a class="headerlink"', re.S)
+
+
+def sections(site: Path, path: str) -> list[tuple[str, str]]:
+    """The ``(id, plain-text title)`` of each second-level section of a page (a claim's section:
+    ``("l1-linear-maps-…", "L1 · Linear maps in a row collapse — and in every head, W_Vⁱ W_Oⁱ …")``)."""
+    if path == TITLE_PAGE:
+        return []
+    text = (site / path).read_text(encoding="utf-8")
+    return [(anchor, plain_text(heading)) for anchor, heading in SECTION.findall(text)]
+
+
 async def print_pages(site: Path, pages: list[str], folder: Path) -> list[dict]:
     """Print each page (and a title page) to its own PDF in ``folder``; returns what each held."""
     from playwright.async_api import async_playwright
@@ -118,7 +233,8 @@ async def print_pages(site: Path, pages: list[str], folder: Path) -> list[dict]:
         browser = await playwright.chromium.launch(
             executable_path=str(CHROMIUM), headless=True,
             args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        page = await browser.new_page(viewport={"width": 1100, "height": 1400})
+        # The viewport is the printed column: what FIT_COLUMN measures is what Chromium prints.
+        page = await browser.new_page(viewport={"width": COLUMN_PX, "height": PAGE_PX})
         page.set_default_timeout(120_000)
         await page.emulate_media(media="print")
         with _serve(site) as base:
@@ -129,7 +245,10 @@ async def print_pages(site: Path, pages: list[str], folder: Path) -> list[dict]:
                                         title)
                 facts = await page.evaluate(WAIT_FOR_PAGE)
                 await page.add_style_tag(content=PRINT_EXTRA)
-                facts.update(path=path, title=await page.title(), pdf=str(folder / f"{number:03d}.pdf"))
+                facts.update(await page.evaluate(FIT_COLUMN, [MIN_ZOOM, PAGE_PX]))
+                facts["ids"] = await page.evaluate(DESTINATIONS)
+                facts.update(path=path, title=await page.title(), pdf=str(folder / f"{number:03d}.pdf"),
+                             sections=sections(site, path), base=base)
                 # (tagged=True / outline=True double the time: pypdf adds the bookmarks)
                 await page.pdf(path=facts["pdf"], format="A4", print_background=True, margin=MARGINS)
                 results.append(facts)
@@ -137,29 +256,180 @@ async def print_pages(site: Path, pages: list[str], folder: Path) -> list[dict]:
     return results
 
 
+async def print_running_heads(heads: list[str], out: Path) -> None:
+    """A PDF with one A4 page per entry of ``heads`` (``""`` for none), each holding only that
+    page's running head (the chapter's title) and its number, in the margins, to be laid over the
+    printed pages (Chromium numbers each part from 1; the book's numbers run on across parts)."""
+    from playwright.async_api import async_playwright
+
+    boxes = "".join(
+        f'<div class="p">{"" if not head else f"<span class=h>{html.escape(head)}</span><span class=n>{n}</span>"}</div>'
+        for n, head in enumerate(heads, start=1))
+    document = f"""<!doctype html><html><head><meta charset="utf-8"><style>
+      @page {{ size: A4; margin: 0; }}
+      html, body {{ margin: 0; font: 8pt/1 "DejaVu Sans", sans-serif; color: #555; }}
+      .p {{ position: relative; width: {PAGE_WIDTH_MM}mm; height: {PAGE_HEIGHT_MM}mm; break-after: page; overflow: hidden; }}
+      .h {{ position: absolute; top: 8mm; left: 14mm; right: 14mm; text-align: center; white-space: nowrap;
+            overflow: hidden; text-overflow: ellipsis; }}
+      .n {{ position: absolute; bottom: 8mm; left: 0; right: 0; text-align: center; font-size: 9pt; color: #333; }}
+    </style></head><body>{boxes}</body></html>"""
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                                   args=["--no-sandbox", "--disable-gpu"])
+        page = await browser.new_page()
+        await page.set_content(document)
+        await page.pdf(path=str(out), format="A4", margin={"top": "0", "bottom": "0", "left": "0", "right": "0"})
+        await browser.close()
+
+
+def plain_text(fragment: str) -> str:
+    """HTML with inline TeX as plain text (bookmarks and running heads hold no markup):
+    ``why <span …>\\(\\sqrt{d_k}\\)</span>`` → ``why √dₖ``."""
+    text = html.unescape(re.sub(r"<[^>]+>", "", fragment))
+    for tex, plain in ((r"\sqrt{d_k}", "√dₖ"), (r"\sqrt", "√"), ("d_k", "dₖ"), (r"^\top", "ᵀ"), (r"\top", "ᵀ"),
+                       (r"\to", "→"), (r"\cdot", "·"), (r"\ge", "≥"), (r"\le", "≤"), (r"\neq", "≠"),
+                       (r"\approx", "≈"), (r"\sum", "Σ"), (r"\operatorname", ""), (r"\mathrm", ""),
+                       (r"\mathbb{E}", "E"), (r"\varepsilon", "ε"), (r"\alpha", "α"), (r"\sigma", "σ")):
+        text = text.replace(tex, plain)
+    text = re.sub(r"\\[()]", "", text)
+    text = re.sub(r"\\([A-Za-z]+)", r"\1", text).replace("{", "").replace("}", "")
+    return " ".join(text.split())
+
+
 def bookmark_title(page_title: str) -> str:
     """A page's title as a PDF bookmark: without the site's name and with its inline math as
     text (bookmarks are plain text): ``Cosine … why \\(\\sqrt{d_k}\\) — site`` → ``… why √dₖ``."""
-    text = page_title.split(" — ")[0].strip()
-    text = text.replace("\\sqrt{d_k}", "√dₖ").replace("d_k", "dₖ")
-    return re.sub(r"\\[()]", "", text)
+    return plain_text(page_title.split(" — ")[0].strip())
 
 
-def merge(results: list[dict], out: Path) -> int:
-    """One PDF with a bookmark per page; fonts and images shared by the parts are stored once."""
+def _destinations(reader) -> dict[str, tuple[int, float | None]]:
+    """A part's named destinations: ``{id: (page index in the part, top)}``.
+
+    Chromium puts the destination of an element that a page break moved to the next page (a
+    heading kept with what follows it) at the foot of the page before, exactly two bottom margins
+    up from the edge (measured: 90.63 pt with 16 mm margins); such a destination is the next
+    page's top."""
+    foot = 2 * float(MARGINS["bottom"].removesuffix("mm")) / 25.4 * 72 + 1
+    found = {}
+    pages = len(reader.pages)
+    for name, dest in reader.named_destinations.items():
+        try:
+            index, top = reader.get_destination_page_number(dest), float(dest.top or 0)
+        except (KeyError, ValueError, TypeError):
+            continue
+        if top <= foot and index + 1 < pages:
+            index, top = index + 1, None
+        found[str(name).lstrip("/")] = (index, top)
+    return found
+
+
+def merge(results: list[dict], heads_pdf: Path | None, out: Path) -> dict:
+    """One PDF: links into the site resolved inside it, a bookmark per page and per section,
+    running heads and page numbers laid over every page but the title page; fonts and images
+    shared by the parts are stored once. Returns counts of what it did."""
+    from urllib.parse import unquote, urlsplit
+
     from pypdf import PdfReader, PdfWriter
+    from pypdf.generic import ArrayObject, Fit, FloatObject, NameObject, NullObject, NumberObject
 
     writer = PdfWriter()
+    starts, dests = {}, {}   # page path -> first page index; (page path, id) -> (page index, top)
     for facts in results:
         first = len(writer.pages)
-        writer.append(PdfReader(facts["pdf"]), import_outline=False)
-        if facts["path"] != TITLE_PAGE:
-            writer.add_outline_item(title=bookmark_title(facts["title"]), page_number=first)
+        reader = PdfReader(facts["pdf"])
+        starts[facts["path"]] = first
+        for name, (index, top) in _destinations(reader).items():
+            dests[(facts["path"], unquote(name))] = (first + index, top)
+        writer.append(reader, import_outline=False)
+        facts["pages"] = (first, len(writer.pages))
+
+    counts = {"internal": 0, "external": 0, "dropped": 0, "unresolved": []}
+
+    def destination(index: int, top: float | None) -> ArrayObject:
+        return ArrayObject([writer.pages[index].indirect_reference, NameObject("/XYZ"), NumberObject(0),
+                            FloatObject(top) if top is not None else NullObject(), NumberObject(0)])
+
+    for facts in results:
+        base = facts.get("base", "")
+        for index in range(*facts["pages"]):
+            page = writer.pages[index]
+            annotations = page.get("/Annots")
+            if not annotations:
+                continue
+            kept = ArrayObject()
+            for ref in annotations:
+                annotation = ref.get_object()
+                if annotation.get("/Subtype") != "/Link":
+                    kept.append(ref)
+                    continue
+                target = None   # (page path, id or None)
+                if "/Dest" in annotation and not isinstance(annotation["/Dest"], ArrayObject):
+                    target = (facts["path"], unquote(str(annotation["/Dest"]).lstrip("/")))
+                elif "/A" in annotation and "/URI" in annotation["/A"].get_object():
+                    uri = str(annotation["/A"].get_object()["/URI"])
+                    if not (base and uri.startswith(base)):
+                        counts["external"] += 1
+                        kept.append(ref)
+                        continue
+                    parts = urlsplit(uri[len(base):])
+                    path = parts.path or (facts["path"] if facts["path"] != TITLE_PAGE else "")
+                    target = (path, unquote(parts.fragment) or None)
+                else:
+                    kept.append(ref)
+                    continue
+                path, anchor = target
+                if anchor and (path, f"pdf-heading-{anchor}") in dests:   # a section: its heading
+                    at = dests[(path, f"pdf-heading-{anchor}")]
+                elif anchor and (path, anchor) in dests:
+                    at = dests[(path, anchor)]
+                elif path in starts and not anchor:
+                    at = (starts[path], None)
+                elif path in starts:   # an id Chromium wrote no destination for: the page's start
+                    counts["unresolved"].append(f"{path}#{anchor}")
+                    at = (starts[path], None)
+                else:   # a figure's image file, the index or a download: nothing to jump to in the PDF
+                    counts["dropped"] += 1
+                    continue
+                for key in ("/A", "/Dest"):
+                    if key in annotation:
+                        del annotation[key]
+                annotation[NameObject("/Dest")] = destination(*at)
+                counts["internal"] += 1
+                kept.append(ref)
+            page[NameObject("/Annots")] = kept
+
+    # Bookmarks: a page of the table of contents, and under it each of its sections.
+    counts["bookmarks"] = 0
+    for facts in results:
+        if facts["path"] == TITLE_PAGE:
+            continue
+        parent = writer.add_outline_item(title=bookmark_title(facts["title"]), page_number=facts["pages"][0])
+        counts["bookmarks"] += 1
+        for anchor, heading in facts["sections"]:
+            key = next((k for k in ((facts["path"], f"pdf-heading-{anchor}"), (facts["path"], anchor)) if k in dests), None)
+            if key:
+                index, top = dests[key]
+                writer.add_outline_item(title=heading, page_number=index, parent=parent,
+                                        fit=Fit.xyz(left=0, top=top, zoom=0) if top is not None else Fit.fit())
+                counts["bookmarks"] += 1
+            else:
+                counts["unresolved"].append(f"{facts['path']}#{anchor} (bookmark)")
+
+    # Running heads and page numbers over every page but the title page; page labels to match.
+    if heads_pdf is not None:
+        heads = PdfReader(heads_pdf)
+        for index in range(1, len(writer.pages)):
+            writer.pages[index].merge_page(heads.pages[index], over=True)
+            writer.pages[index].compress_content_streams()
+    writer.set_page_label(0, len(writer.pages) - 1, style="/D", start=1)
+
     writer.compress_identical_objects(remove_duplicates=True, remove_unreferenced=True)
     writer.add_metadata({"/Title": "attention-claims", "/Creator": "tools/make_pdf.py (Chromium, pypdf)"})
+    writer.page_mode = "/UseOutlines"
     with out.open("wb") as handle:
         writer.write(handle)
-    return len(writer.pages)
+    counts["pages"] = len(writer.pages)
+    return counts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,13 +458,31 @@ def main(argv: list[str] | None = None) -> int:
             if r["typeset"] < r["math"]:   # a page without MathJax (no math node) shows its TeX as text
                 print(f"make_pdf: warning: {r['path']}: {r['math'] - r['typeset']} of {r['math']} math elements "
                       "not typeset (printed as TeX)", file=sys.stderr)
-        count = merge(results, out)
-    facts = {"images": sum(r["images"] for r in results), "math": sum(r["math"] for r in results)}
+            if r["overflowCount"]:
+                print(f"make_pdf: warning: {r['path']}: {r['overflowCount']} elements wider than the column "
+                      f"(Chromium shrinks that page): {r['overflow']}", file=sys.stderr)
+            if r["smallest"] < MIN_ZOOM:
+                print(f"make_pdf: warning: {r['path']}: an element scaled to {r['smallest']:.0%} to fit the column",
+                      file=sys.stderr)
+        from pypdf import PdfReader
+
+        heads = [""]   # the title page: no head, no number
+        for r in results[1:]:
+            heads += [bookmark_title(r["title"])] * len(PdfReader(r["pdf"]).pages)
+        asyncio.run(print_running_heads(heads, Path(tmp) / "heads.pdf"))
+        counts = merge(results, Path(tmp) / "heads.pdf", out)
+        if counts["unresolved"]:
+            print(f"make_pdf: warning: {len(counts['unresolved'])} link targets without a destination "
+                  f"(they jump to the page's start): {counts['unresolved'][:10]}", file=sys.stderr)
+    facts = {"images": sum(r["images"] for r in results), "math": sum(r["math"] for r in results),
+             "zoomed": sum(len(r["zoomed"]) for r in results)}
     downloads = site / "downloads"
     downloads.mkdir(exist_ok=True)
     shutil.copy2(out, downloads / out.name)
     print(f"pdf: {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out} ({out.stat().st_size / 1e6:.1f} MB, "
-          f"{count} pages, {facts['images']} figures, {facts['math']} math elements, {time.perf_counter() - start:.1f} s)")
+          f"{counts['pages']} pages, {facts['images']} figures, {facts['math']} math elements, {counts['bookmarks']} bookmarks, "
+          f"links: {counts['internal']} inside the PDF, {counts['external']} external, {counts['dropped']} dropped; "
+          f"{facts['zoomed']} wide elements scaled; {time.perf_counter() - start:.1f} s)")
     return 0
 
 
