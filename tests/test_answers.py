@@ -147,7 +147,7 @@ def test_chapter_page_opens_with_its_verdicts(scan) -> None:
     assert len(rows) == len(scan.verdicts)
     by_target = _by_target(BOOK)
     for row, v in zip(rows, scan.verdicts):
-        assert row.startswith(f"| {{ref}}`{pages._label(v)} <{v.target}>`")
+        assert row.startswith(f"| {{ref}}`{pages._label(v, compact=True)} <{v.target}>`")
         assert f"{{{index.BADGE[v.verdict]}}}`{v.verdict}`" in row
         reason = row.rsplit("|", 2)[-2]
         assert len(reason.split()) <= pages.MAX_REASON_WORDS + 2, reason

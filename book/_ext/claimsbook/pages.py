@@ -68,9 +68,12 @@ def lookup(book: Book, key: str) -> VerdictOutput | None:
     return found[0] if len(found) == 1 else None
 
 
-def _label(v: VerdictOutput) -> str:
-    where = f" on {registry.MODELS[v.model].short}" if v.model in registry.MODELS else ""
-    return f"{v.id}{where}"
+def _label(v: VerdictOutput, compact: bool = False) -> str:
+    """``C3 on SmolLM2 decoder`` (``C3 · SmolLM2`` in a table's narrow ID column)."""
+    if v.model not in registry.MODELS:
+        return v.id
+    short = registry.MODELS[v.model].short
+    return f"{v.id} · {short.split()[0]}" if compact else f"{v.id} on {short}"
 
 
 def _link(book: Book, key: str, text: str | None = None) -> str:
@@ -163,7 +166,7 @@ def render_chapter_top(book: Book, answers: dict, notebook: str) -> str:
         return ""
     rows = []
     for v in scan.verdicts:
-        link = _ref(_label(v), v.target) if v.target in scan.targets else escape(_label(v))
+        link = _ref(_label(v, compact=True), v.target) if v.target in scan.targets else escape(_label(v, compact=True))
         statement = escape(registry.CLAIMS[v.id].statement) if v.id in registry.CLAIMS else ""
         rows.append([link, statement, _badge(v.verdict), short_reason(answers, v)])
     lines = _container(_table(["ID", "Claim", "Verdict", "Why"], rows, ["l", "l", "l", "l"]),
