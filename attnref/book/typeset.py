@@ -22,6 +22,11 @@ import sympy as sp
 LINE_CHARS = 48
 
 
+def _latex(expr) -> str:
+    """sympy's LaTeX with ``\\ln`` for the natural logarithm, as the book writes it."""
+    return sp.latex(expr, ln_notation=True)
+
+
 def _visible(latex: str) -> int:
     """Rough width of ``latex`` in characters: commands count as one glyph, braces as none."""
     text = re.sub(r"\\(left|right|displaystyle|,|;|quad)", "", latex)
@@ -30,13 +35,13 @@ def _visible(latex: str) -> int:
 
 
 def _factor_latex(factor) -> str:
-    latex = sp.latex(factor)
+    latex = _latex(factor)
     return rf"\left({latex}\right)" if isinstance(factor, sp.Add) else latex
 
 
 def _pieces(term, width: int) -> list[str]:
     """A term's LaTeX, split between its factors when it is longer than ``width`` on its own."""
-    latex = sp.latex(term)
+    latex = _latex(term)
     if _visible(latex) <= width or not isinstance(term, sp.Mul):
         return [latex]
     pieces, piece = [], ""
@@ -68,8 +73,8 @@ def broken(expr, width: int = LINE_CHARS) -> list[str]:
     numerator is shown as ``1/denominator`` times its broken numerator."""
     prefix, suffix = "", ""
     numerator, denominator = sp.fraction(expr)
-    if denominator != 1 and _visible(sp.latex(expr)) > width:
-        prefix, suffix = r"\frac{1}{" + sp.latex(denominator) + r"} \Bigl( ", r" \Bigr)"
+    if denominator != 1 and _visible(_latex(expr)) > width:
+        prefix, suffix = r"\frac{1}{" + _latex(denominator) + r"} \Bigl( ", r" \Bigr)"
         expr = sp.expand(numerator)
     lines, line = [], prefix
     for piece in _terms(expr, width):
@@ -123,6 +128,6 @@ def array(header: list[str], rows: list[list[object]]) -> None:
     """Display a small table of results as a typeset array (cells LaTeX strings or sympy)."""
     from IPython.display import Math, display
 
-    cell = lambda value: value if isinstance(value, str) else sp.latex(value, ln_notation=True)
+    cell = lambda value: value if isinstance(value, str) else _latex(value)
     body = " & ".join(header) + r" \\ \hline " + r" \\ ".join(" & ".join(map(cell, row)) for row in rows)
     display(Math(r"\begin{array}{l" + "c" * (len(header) - 1) + "}" + body + r"\end{array}"))
