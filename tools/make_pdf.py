@@ -71,6 +71,10 @@ PRINT_EXTRA = """
   .bd-article { overflow-wrap: break-word; }
   img, svg:not(mjx-container svg) { max-width: 100% !important; }
   img { max-height: 60vh; object-fit: contain; }
+  /* The site's scroll cue of a formula that overflows its box on screen (a shadow at its edge)
+     is a grey smear on paper; nothing scrolls on paper. */
+  .math-more-right, .math-more-left { box-shadow: none !important; }
+  .bd-article span.math.math-scrolls { overflow: visible !important; }
   /* Tables break between rows (the theme's scroll box would print each table whole). */
   .pst-scrollable-table-container, .table-wrapper { display: block !important; }
 """
