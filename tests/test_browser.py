@@ -633,6 +633,8 @@ LAYOUT_FACTS = """async () => {
     const b = box.getBoundingClientRect();
     if (box.scrollWidth <= box.clientWidth + 2 || (r.right <= b.right + 2 && r.left >= b.left - 2)) continue;
     if (["hidden", "clip"].includes(getComputedStyle(box).overflowX)) { clipped.push(text); continue; }
+    // A formula that fits, in a box that scrolls for other reasons (a wide table): not this check's.
+    if (!box.matches("span.math, mjx-container") && r.width <= b.width + 2) continue;
     scrolling += 1;
     const cue = box.classList.contains("math-more-right") || box.classList.contains("math-more-left");
     const shadow = getComputedStyle(box).boxShadow;

@@ -33,12 +33,23 @@
     cueScrolling();
     document.documentElement.dataset.mathFitted = "yes";
   }
-  // A shadow on each side of a formula's scroll box where part of the formula is out of view.
+  // An inline formula wider than its line scrolls (class math-scrolls); a shadow marks each side of
+  // a formula's scroll box where part of the formula is out of view. Widths are the formula's
+  // box (mjx-container inline, mjx-math displayed), not the scroll width, which counts the few
+  // pixels an italic letter's box reaches past the formula.
   var SCROLL_BOXES = ".bd-article span.math, .bd-article mjx-container[display='true']";
   function cue(box) {
+    var inline = box.matches("span.math");
+    var inner = box.querySelector(inline ? "mjx-container" : "mjx-math");
+    if (!inner) { return; }
+    if (inline) {
+      box.classList.remove("math-scrolls");
+      box.classList.toggle("math-scrolls", inner.getBoundingClientRect().width > box.clientWidth + 1);
+    }
+    var wide = inner.getBoundingClientRect().width > box.clientWidth + 1;
     var hidden = box.scrollWidth - box.clientWidth;
-    box.classList.toggle("math-more-left", hidden > 2 && box.scrollLeft > 1);
-    box.classList.toggle("math-more-right", hidden > 2 && box.scrollLeft < hidden - 1);
+    box.classList.toggle("math-more-left", wide && box.scrollLeft > 1);
+    box.classList.toggle("math-more-right", wide && box.scrollLeft < hidden - 1);
   }
   function cueScrolling() {
     var boxes = document.querySelectorAll(SCROLL_BOXES);
