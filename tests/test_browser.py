@@ -27,7 +27,7 @@ first visible code cell of every claim section and visible code ≤ 25 % of the 
 at both widths; no formula cut off by a box that does not scroll, and every formula that
 scrolls sideways shows a cue (a shadow on the hidden side). At 400 px each chapter page is loaded
 with an empty cache and its weight counted in Chromium: the bytes transferred by all its
-requests ≤ 1.5 MB, MathJax loaded once, no file twice. The site's server compresses text files
+requests ≤ 1.5 MB, MathJax loaded once, no file twice, icons from the subset font only. The site's server compresses text files
 with gzip, as GitHub Pages (where the site is published) does; the uncompressed sizes are
 recorded in ``_build/browser/layout.json`` too.
 
@@ -705,6 +705,7 @@ async def _layout_crawl(playwright_api, server: str, pages: list[str]) -> dict[t
                         "requests": len(done), "unfinished": len(requests) - len(done),
                         "twice": sorted({u for u in urls if urls.count(u) > 1}),
                         "mathjax": [u for u in urls if re.search(r"/mathjax/[^/]*\.js$", u)],
+                        "icon_fonts": [u for u in urls if "/fontawesome/" in u],
                         "largest": sorted(((r["bytes"], urlsplit(r["url"]).path) for r in done), reverse=True)[:5]}
                 if path == "notebooks/01-nonlinearity.html":
                     await page.screenshot(path=str(ARTEFACTS / f"chapter-{width}.png"))
@@ -795,6 +796,11 @@ def test_chapter_pages_weigh_at_most_1_5_mb_and_load_mathjax_once(layout) -> Non
     assert not twice, f"files requested twice by one page: {twice}"
     mathjax = {p: w["mathjax"] for p, w in weights.items() if len(w["mathjax"]) != 1}
     assert not mathjax, f"MathJax's component should load once per page: {mathjax}"
+    # The icons come from the subset of Font Awesome's font (book/_ext/lean_site.py): a page that
+    # loads the full font shows an icon the subset lacks.
+    icons = {p: w["icon_fonts"] for p, w in weights.items() if w["icon_fonts"] != [
+        "/_static/vendor/fontawesome/webfonts/fa-solid-900-subset.woff"]}
+    assert not icons, f"icon fonts other than the subset: {icons}"
     unfinished = {p: w["unfinished"] for p, w in weights.items() if w["unfinished"]}
     assert not unfinished, f"requests still running when the page was weighed: {unfinished}"
 

@@ -10,6 +10,12 @@ do nothing here.
   pages show (menu, contents, download, search, colour mode, the sidebar's arrows) are drawn by
   the theme's own stylesheet from the Font Awesome web font, which pydata-sphinx-theme's CSS
   loads anyway (its admonition and navigation icons use it).
+* The Font Awesome web font (``fa-solid-900``, 157 kB, 1,400 icons) gets a subset beside it
+  (``fa-solid-900-subset.woff``, the icons the pages use: those named by an ``fa-…`` class in a
+  page or a theme script, and those the theme's stylesheets draw themselves), declared after the
+  theme's font for exactly its characters (``unicode-range``). A character outside the subset
+  still finds the full font, which the browser then loads (tests/test_browser.py checks that no
+  chapter page needs it).
 * The search scripts and the search index (``searchtools.js``, ``language_data.js``,
   ``searchindex.js``; 150 kB) are loaded by the search page only: pydata-sphinx-theme loads them
   on every page for a search-as-you-type box this site does not switch on
@@ -18,6 +24,7 @@ do nothing here.
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -26,6 +33,60 @@ from sphinx.application import Sphinx
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 FONTAWESOME_STUB = ("/* attention-claims (book/_ext/lean_site.py): the icons come from the Font Awesome web"
                     " font of the theme's stylesheet; the 1.49 MB SVG script is not shipped. */\n")
+
+
+FONT_DIR = Path("vendor") / "fontawesome" / "webfonts"
+SUBSET = "fa-solid-900-subset.woff"
+#: Private-use characters (Font Awesome's code points) written literally in a stylesheet.
+PRIVATE_USE = re.compile("[\ue000-\uf8ff]")
+
+
+def icon_code_points(outdir: Path) -> set[int]:
+    """The Font Awesome characters the built site can show."""
+    static = outdir / "_static"
+    css_files = list(static.rglob("*.css"))
+    by_class: dict[str, int] = {}
+    points: set[int] = set()
+    for css in css_files:
+        text = css.read_text(encoding="utf-8", errors="replace")
+        for selectors, body in re.findall(r"([^{}]+)\{([^{}]*)\}", text):
+            codes = [int(c, 16) for c in re.findall(r'content:\s*"\\(f[0-9a-f]{3,4})"', body)]
+            names = [s.strip() for s in selectors.split(",")]
+            if codes and all(re.fullmatch(r"\.fa-[a-z0-9-]+::?before", n) for n in names):
+                for name in names:      # Font Awesome's class list: .fa-bars:before{content:"\f0c9"}
+                    by_class[re.match(r"\.(fa-[a-z0-9-]+)", name)[1]] = codes[0]
+            else:                       # the theme's own rules and variables
+                points.update(codes)
+                points.update(ord(c) for c in PRIVATE_USE.findall(body))
+    used = set()
+    for page in [*outdir.rglob("*.html"), *static.rglob("*.js")]:
+        used.update(re.findall(r"\bfa-[a-z0-9-]+", page.read_text(encoding="utf-8", errors="replace")))
+    return points | {by_class[name] for name in used if name in by_class}
+
+
+def subset_icons(outdir: Path) -> None:
+    from fontTools import subset   # matplotlib's dependency, installed with the book's requirements
+
+    fonts = outdir / "_static" / FONT_DIR
+    source = fonts / "fa-solid-900.ttf"
+    if not source.exists():
+        return
+    points = icon_code_points(outdir)
+    options = subset.Options()
+    options.flavor = "woff"          # zlib: WOFF2 would need the brotli package
+    options.layout_features = ["*"]
+    font = subset.load_font(str(source), options)
+    subsetter = subset.Subsetter(options)
+    subsetter.populate(unicodes=sorted(points))
+    subsetter.subset(font)
+    subset.save_font(font, str(fonts / SUBSET), options)
+    ranges = ",".join(f"U+{p:04X}" for p in sorted(points))
+    (outdir / "_static" / "icons.css").write_text(
+        "/* attention-claims (book/_ext/lean_site.py): the Font Awesome icons the pages use, as a subset\n"
+        "   of the theme's font; any other character still comes from the full font. */\n"
+        "@font-face{font-display:block;font-family:\"Font Awesome 6 Free\";font-style:normal;font-weight:900;"
+        f"src:url({(FONT_DIR / SUBSET).as_posix()}) format(\"woff\");unicode-range:{ranges}}}\n",
+        encoding="utf-8")
 
 
 def add_templates(app: Sphinx, config) -> None:
@@ -44,9 +105,11 @@ def prune(app: Sphinx, exception: Exception | None) -> None:
     if fontawesome.exists():
         fontawesome.write_text(FONTAWESOME_STUB, encoding="utf-8")
         (static / "scripts" / "fontawesome.js.LICENSE.txt").unlink(missing_ok=True)
+    subset_icons(Path(app.outdir))
 
 
 def setup(app: Sphinx) -> dict:
     app.connect("config-inited", add_templates)
+    app.add_css_file("icons.css")   # written at the end of the build (subset_icons)
     app.connect("build-finished", prune, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

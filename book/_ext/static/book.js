@@ -119,7 +119,7 @@
     var main = (anchor && doc.querySelector('[role="main"] ' + anchor)) || doc.querySelector('[role="main"]');
     if (!main) { return ""; }
     main.querySelectorAll(".headerlink, script, style, .cell_input, .book-downloads, nav, .toctree-wrapper, " +
-      "h1, h2, h3, h4, .bd-header-article, .dropdown, button, .prev-next-area, .bd-footer-article, footer")
+      "h1, h2, h3, h4, thead, .bd-header-article, .dropdown, button, .prev-next-area, .bd-footer-article, footer")
       .forEach(function (e) { e.remove(); });
     main.querySelectorAll(".math").forEach(function (m) {
       var text = texToText(m.textContent);
