@@ -191,7 +191,7 @@ def _wrap(text: str, max_chars: float) -> str:
 
 
 #: Average glyph width of the book's sans-serif font, as a fraction of the font size.
-_GLYPH_WIDTH = 0.56
+_GLYPH_WIDTH = 0.6
 
 
 def fit_titles(fig) -> None:
