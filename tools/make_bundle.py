@@ -54,7 +54,7 @@ STORED = {
         "runs on torch's portable kernels)",
         "python tools/run_experiments.py --jobs 2 && ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 "
         "python tools/run_experiments.py --jobs 2 --recheck --out data/experiments/portable",
-        "about 7 minutes on 2 idle cores, then about 3 more"),
+        "about 15 minutes on 2 idle cores, then the recheck of E1, E4 and E5"),
 }
 
 README = """\

@@ -70,7 +70,7 @@ PRINT_EXTRA = """
   mjx-container[display="true"] { max-width: 100%; }
   .bd-article { overflow-wrap: break-word; }
   img, svg:not(mjx-container svg) { max-width: 100% !important; }
-  img { max-height: 60vh; object-fit: contain; }
+  img { max-height: 50vh; object-fit: contain; }   /* a figure moved whole to the next page leaves at most half a page */
   /* The site's scroll cue of a formula that overflows its box on screen (a shadow at its edge)
      is a grey smear on paper; nothing scrolls on paper. */
   .math-more-right, .math-more-left { box-shadow: none !important; }
