@@ -72,8 +72,8 @@ So ``scaled_dot_product_attention(q, k, v, *, mask=None, key_mask=None, causal=F
 and ``multi_head_attention(query, key=None, value=None, *, weights, mask=None, key_mask=None,
 causal=False)``. A positional extra (``scaled_dot_product_attention(q, k, v, None, 0.1)``, torch's
 positional ``dropout_p``) is Python's ``TypeError: … takes 3 positional arguments but 5 were
-given``; weights passed where a tensor belongs (``multi_head_attention(x, weights)``) raise a
-``ValueError`` that names the keyword.
+given``, and the old ``multi_head_attention(x, weights)`` is ``TypeError: … missing 1 required
+keyword-only argument: 'weights'``.
 
 Masks mean the same everywhere: ``mask`` is boolean (True = may attend) or additive,
 broadcastable to the scores ``(..., n, m)``; in multi-head attention a mask with one more axis

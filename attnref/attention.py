@@ -61,20 +61,34 @@ def softmax(logits: Tensor, dim: int = -1) -> Tensor:
     return _softmax(logits, dim)
 
 
-def _softmax(logits: Tensor, dim: int) -> Tensor:
-    """:func:`softmax` of checked logits (finite or ``-inf``), half precision computed in float32."""
+def _reusable(temporary: Tensor) -> bool:
+    """Whether a tensor this module created may be overwritten by the next step of the formula.
+
+    Speed only: at n = m = 512 every fresh ``(n, m)`` tensor costs about as much as the ``exp``
+    (the memory is new to the process each time), so the score functions compute the scale, the
+    mask, the shift, the ``exp`` and the division in place — the same operations, the same bits.
+    Not when autograd records the computation: it needs the intermediate values."""
+    return not (temporary.requires_grad and torch.is_grad_enabled())
+
+
+def _softmax(logits: Tensor, dim: int, *, overwrite: bool = False) -> Tensor:
+    """:func:`softmax` of checked logits (finite or ``-inf``), half precision computed in float32.
+
+    ``overwrite=True``: ``logits`` is a temporary of the caller's, reused for the result when
+    :func:`_reusable` (never a caller's tensor from outside attnref)."""
     if logits.dtype in check.HALF_PRECISION:
-        return _softmax(logits.float(), dim).to(logits.dtype)   # statistics in float32, one rounding
+        return _softmax(logits.float(), dim, overwrite=True).to(logits.dtype)   # float32 statistics, one rounding
     if logits.shape[dim] == 0:
         return logits * 1.0                                       # m = 0: the empty distribution
+    in_place = overwrite and _reusable(logits)
     row_max = logits.amax(dim=dim, keepdim=True)
     # A fully masked row has max -inf; shift it by 0 instead so that no -inf - -inf = NaN appears.
     row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
-    shifted = logits - row_max                                   # every entry ≤ 0 (or -inf)
-    exps = torch.exp(shifted)
+    shifted = logits.sub_(row_max) if in_place else logits - row_max   # every entry ≤ 0 (or -inf)
+    exps = shifted.exp_() if in_place else torch.exp(shifted)
     normaliser = exps.sum(dim=dim, keepdim=True)                  # ≥ 1 unless the row is fully masked
     normaliser = torch.where(normaliser > 0, normaliser, torch.ones_like(normaliser))
-    return exps / normaliser
+    return exps.div_(normaliser) if in_place else exps / normaliser
 
 
 def _upcast(*tensors: Tensor | None) -> tuple[Tensor | None, ...]:
@@ -83,20 +97,27 @@ def _upcast(*tensors: Tensor | None) -> tuple[Tensor | None, ...]:
 
 
 def _finite_scores(scores: Tensor, what: str) -> Tensor:
-    """Scores that overflowed (±inf, or NaN from inf − inf) name the inputs that made them."""
-    if check.any_true(~torch.isfinite(scores)):
+    """Scores that overflowed (±inf, or NaN from inf − inf) name the inputs that made them.
+
+    One sum proves the common case (see :func:`attnref._validate.all_finite`); only a non-finite
+    sum looks at the elements."""
+    if check.has_values(scores) and not check.all_finite(scores) and not bool(torch.isfinite(scores).all()):
         raise ValueError(f"{what} overflow {scores.dtype} to ±inf (scores of shape {check.shape_of(scores)}): "
                          "the inputs are too large for this dtype")
     return scores
 
 
-def _softmax_of_masked(scores: Tensor, full_mask: Tensor | None, what: str) -> Tensor:
-    """``softmax(mask(scores))`` for finite scores; an additive mask that overflows them is named."""
-    masked = _masked(scores, full_mask)
-    if full_mask is not None and full_mask.dtype != torch.bool and check.any_true(torch.isposinf(masked)):
+def _softmax_of_masked(scores: Tensor, full_mask: Tensor | None, what: str, *,
+                       overwrite: bool = False) -> Tensor:
+    """``softmax(mask(scores))`` for finite scores; an additive mask that overflows them is named.
+
+    ``overwrite=True``: ``scores`` is the caller's temporary (see :func:`_softmax`)."""
+    masked = _masked(scores, full_mask, overwrite=overwrite)
+    if (full_mask is not None and full_mask.dtype != torch.bool and check.has_values(masked)
+            and masked.numel() > 0 and bool(masked.amax() == float("inf"))):
         raise ValueError(f"{what} plus the additive mask overflow {scores.dtype} to +inf "
                          f"(scores of shape {check.shape_of(scores)})")
-    return _softmax(masked, dim=-1)
+    return _softmax(masked, dim=-1, overwrite=overwrite or masked is not scores)
 
 
 def scores_shape(query: Tensor, key: Tensor) -> tuple[int, ...]:
@@ -135,24 +156,19 @@ def combined_mask(shape: tuple[int, ...], dtype: torch.dtype, device: torch.devi
     return check.combine_masks(mask, keep)
 
 
-def apply_mask(scores: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
-    """Scores with masked positions set to ``-inf`` (boolean mask) or shifted (additive mask).
-
-    ``mask`` and ``causal`` as in :func:`combined_mask`.
-    """
-    return _masked(scores, combined_mask(tuple(scores.shape), scores.dtype, scores.device, mask, causal=causal))
-
-
-def _masked(scores: Tensor, full_mask: Tensor | None) -> Tensor:
+def _masked(scores: Tensor, full_mask: Tensor | None, *, overwrite: bool = False) -> Tensor:
+    """Scores with removed positions at ``-inf`` (boolean mask) or the additive mask added."""
     if full_mask is None:
         return scores
+    in_place = (overwrite and _reusable(scores)
+                and check.broadcast_shapes(tuple(full_mask.shape), tuple(scores.shape)) == tuple(scores.shape))
     if full_mask.dtype == torch.bool:
-        return scores.masked_fill(~full_mask, float("-inf"))
-    return scores + full_mask
+        return scores.masked_fill_(~full_mask, float("-inf")) if in_place else scores.masked_fill(~full_mask, float("-inf"))
+    return scores.add_(full_mask) if in_place else scores + full_mask
 
 
-def attention_from_scores(scores: Tensor, value: Tensor, mask: Tensor | None = None,
-                          causal: bool = False, key_mask: Tensor | None = None) -> AttentionResult:
+def attention_from_scores(scores: Tensor, value: Tensor, *, mask: Tensor | None = None,
+                          key_mask: Tensor | None = None, causal: bool = False) -> AttentionResult:
     r"""``softmax(mask(S)) V`` for any score matrix ``S`` (additive, cosine, GAT, …).
 
     :math:`\alpha_{ij} = \mathrm{softmax}_j(s_{ij})`, :math:`y_i = \sum_j \alpha_{ij} v_j`.
@@ -170,11 +186,14 @@ def attention_from_scores(scores: Tensor, value: Tensor, mask: Tensor | None = N
     return _attend(scores, value, full_mask, "scores")
 
 
-def _attend(scores: Tensor, value: Tensor, full_mask: Tensor | None, what: str) -> AttentionResult:
-    """``softmax(mask(scores)) @ value`` of finite scores, in the working dtype, rounded to ``value``'s."""
+def _attend(scores: Tensor, value: Tensor, full_mask: Tensor | None, what: str, *,
+            overwrite: bool = False) -> AttentionResult:
+    """``softmax(mask(scores)) @ value`` of finite scores, in the working dtype, rounded to ``value``'s.
+
+    ``overwrite=True``: ``scores`` is the caller's temporary (see :func:`_softmax`)."""
     dtype = value.dtype
     scores, value = _upcast(scores, value)
-    weights = _softmax_of_masked(scores, full_mask, what)   # (..., n, m)
+    weights = _softmax_of_masked(scores, full_mask, what, overwrite=overwrite)   # (..., n, m)
     output = weights @ value              # (..., n, m) @ (..., m, d_v) -> (..., n, d_v)
     return AttentionResult(output.to(dtype), weights.to(dtype))
 
@@ -197,9 +216,9 @@ def _check_query_key(query: Tensor, key: Tensor) -> None:
     check.batch_compatible(("query", "key"), (query, key))
 
 
-def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
-                                 mask: Tensor | None = None, causal: bool = False,
-                                 scale: float | None = None, key_mask: Tensor | None = None) -> AttentionResult:
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, *,
+                                 mask: Tensor | None = None, key_mask: Tensor | None = None,
+                                 causal: bool = False, scale: float | None = None) -> AttentionResult:
     r"""Scaled dot-product attention of Vaswani et al. (2017), eq. 1.
 
     .. math:: \mathrm{Attention}(Q, K, V) = \mathrm{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_k}}\right) V
@@ -232,10 +251,11 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
     dtype = query.dtype
     query, key, value = _upcast(query, key, value)   # float16/bfloat16 -> float32
     scores = query @ key.transpose(-2, -1)   # (..., n, d_k) @ (..., d_k, m) -> (..., n, m)
-    scores = scores * scale                  # divide by √d_k
+    scores = scores.mul_(scale) if _reusable(scores) else scores * scale   # divide by √d_k
     _finite_scores(scores, f"the scores query @ keyᵀ · scale (query {check.shape_of(query)}, "
                            f"key {check.shape_of(key)}, scale = {float(scale):.4g})")
-    weights = _softmax_of_masked(scores, full_mask, "the scores query @ keyᵀ · scale")   # (..., n, m)
+    weights = _softmax_of_masked(scores, full_mask, "the scores query @ keyᵀ · scale",
+                                 overwrite=True)   # (..., n, m), in the scores' memory
     output = weights @ value                 # (..., n, m) @ (..., m, d_v) -> (..., n, d_v)
     return AttentionResult(output.to(dtype), weights.to(dtype))
 
@@ -252,7 +272,7 @@ def luong_dot_scores(query: Tensor, key: Tensor) -> Tensor:
     return (query @ key.transpose(-2, -1)).to(dtype)     # (..., n, d) @ (..., d, m) -> (..., n, m)
 
 
-def luong_general_scores(query: Tensor, key: Tensor, weight: Tensor) -> Tensor:
+def luong_general_scores(query: Tensor, key: Tensor, *, weight: Tensor) -> Tensor:
     r"""Luong et al. (2015) "general" score :math:`e_{ij} = s_i^\top W h_j` (row form ``S W Hᵀ``).
 
     ``query (..., n, d_s)``, ``key (..., m, d_h)``, ``weight (d_s, d_h)``.
@@ -270,7 +290,7 @@ def luong_general_scores(query: Tensor, key: Tensor, weight: Tensor) -> Tensor:
     return (projected @ key.transpose(-2, -1)).to(dtype)   # (..., n, d_h) @ (..., d_h, m) -> (..., n, m)
 
 
-def additive_scores(query: Tensor, key: Tensor, w_query: Tensor, w_key: Tensor, v: Tensor,
+def additive_scores(query: Tensor, key: Tensor, *, w_query: Tensor, w_key: Tensor, v: Tensor,
                     activation: Callable[[Tensor], Tensor] = torch.tanh) -> Tensor:
     r"""Additive (Bahdanau et al., 2015) score :math:`e_{ij} = v^\top \tanh(W s_i + U h_j)`.
 
@@ -357,9 +377,9 @@ def _cosine(query: Tensor, key: Tensor, key_allowed_zero: Tensor | None = None) 
     return unit_q @ unit_k.transpose(-2, -1)      # (..., n, d) @ (..., d, m) -> (..., n, m)
 
 
-def cosine_attention(query: Tensor, key: Tensor, value: Tensor, beta: float | Tensor = 1.0,
-                     mask: Tensor | None = None, causal: bool = False,
-                     key_mask: Tensor | None = None) -> AttentionResult:
+def cosine_attention(query: Tensor, key: Tensor, value: Tensor, *, mask: Tensor | None = None,
+                     key_mask: Tensor | None = None, causal: bool = False,
+                     beta: float | Tensor = 1.0) -> AttentionResult:
     r"""Content-based addressing (Graves et al., 2014): :math:`\alpha_{ij} = \mathrm{softmax}_j(\beta \cos(q_i, k_j))`.
 
     ``beta`` is the key strength (an inverse temperature): a real number, or a tensor of
@@ -374,11 +394,11 @@ def cosine_attention(query: Tensor, key: Tensor, value: Tensor, beta: float | Te
     scores = beta * scores                        # β sharpens or flattens
     _finite_scores(scores, f"beta times the cosine scores (beta of type {type(beta).__name__})")
     full_mask = combined_mask(tuple(scores.shape), query.dtype, query.device, mask, key_mask, causal, "key", key)
-    return _attend(scores, value, full_mask, "beta times the cosine scores")
+    return _attend(scores, value, full_mask, "beta times the cosine scores", overwrite=True)
 
 
-def parameter_free_self_attention(x: Tensor, mask: Tensor | None = None, causal: bool = False,
-                                  key_mask: Tensor | None = None) -> AttentionResult:
+def parameter_free_self_attention(x: Tensor, *, mask: Tensor | None = None, key_mask: Tensor | None = None,
+                                  causal: bool = False) -> AttentionResult:
     r"""The basic self-attention with no parameters: :math:`y_i = \sum_j \mathrm{softmax}_j(x_i\cdot x_j)\, x_j`.
 
     ``x (..., n, d)`` is the query, the key and the value; no projection and no scaling.
@@ -391,19 +411,20 @@ def parameter_free_self_attention(x: Tensor, mask: Tensor | None = None, causal:
     (x,) = _upcast(x)
     scores = x @ x.transpose(-2, -1)              # (..., n, d) @ (..., d, n) -> (..., n, n)
     _finite_scores(scores, f"the scores x @ xᵀ (x {check.shape_of(x)})")
-    weights = _softmax_of_masked(scores, full_mask, "the scores x @ xᵀ")
+    weights = _softmax_of_masked(scores, full_mask, "the scores x @ xᵀ", overwrite=True)
     output = weights @ x                          # (..., n, n) @ (..., n, d) -> (..., n, d)
     return AttentionResult(output.to(dtype), weights.to(dtype))
 
 
-def linear_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None,
-                     causal: bool = False, key_mask: Tensor | None = None) -> AttentionResult:
+def linear_attention(query: Tensor, key: Tensor, value: Tensor, *, mask: Tensor | None = None,
+                     key_mask: Tensor | None = None, causal: bool = False) -> AttentionResult:
     r"""Attention with the softmax removed (the "bra-ket" form): :math:`y_i = \sum_j (q_i\cdot k_j)\, v_j`.
 
     Equivalently :math:`Y = (Q K^\top) V = Q (K^\top V)`: the operator
-    :math:`\sum_j |v_j\rangle\langle k_j|` applied to each query. The weights returned are the raw,
-    unnormalised scores ``Q Kᵀ``. Masks (boolean only: there is no softmax for an additive
-    mask to act in) remove pairs ``(i, j)`` from the sum: their score is set to 0.
+    :math:`\sum_j |v_j\rangle\langle k_j|` applied to each query. Nothing is normalised, so the
+    result's ``weights`` are ``None`` and its ``scores`` hold the raw products ``Q Kᵀ`` (before any
+    mask). Masks (boolean only: there is no softmax for an additive mask to act in) remove pairs
+    ``(i, j)`` from the sum: their coefficient is set to 0.
     float16/bfloat16: scores and ``@ V`` in float32, results in the input dtype.
     """
     _check_qkv(query, key, value)
@@ -415,17 +436,16 @@ def linear_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | N
     dtype = query.dtype
     query, key, value = _upcast(query, key, value)
     scores = query @ key.transpose(-2, -1)        # (..., n, d_k) @ (..., d_k, m) -> (..., n, m)
-    if full_mask is not None:
-        scores = scores.masked_fill(~full_mask, 0.0)   # removed pairs contribute nothing
-    output = scores @ value                       # (..., n, m) @ (..., m, d_v) -> (..., n, d_v)
-    return AttentionResult(output.to(dtype), scores.to(dtype))
+    coefficients = scores if full_mask is None else scores.masked_fill(~full_mask, 0.0)   # removed pairs: 0
+    output = coefficients @ value                 # (..., n, m) @ (..., m, d_v) -> (..., n, d_v)
+    return AttentionResult(output.to(dtype), None, scores=scores.to(dtype))
 
 
 def _leaky_relu(x: Tensor, negative_slope: float) -> Tensor:
     return torch.where(x >= 0, x, negative_slope * x)
 
 
-def gat_scores(nodes: Tensor, weight: Tensor, a: Tensor, negative_slope: float = 0.2,
+def gat_scores(nodes: Tensor, *, weight: Tensor, a: Tensor, negative_slope: float = 0.2,
                nonlinearity: bool = True) -> Tensor:
     r"""GAT scores (Veličković et al., 2018): :math:`e_{ij} = \mathrm{LeakyReLU}(a^\top [W h_i \,\Vert\, W h_j])`.
 
@@ -454,7 +474,7 @@ def gat_scores(nodes: Tensor, weight: Tensor, a: Tensor, negative_slope: float =
     return (_leaky_relu(raw, negative_slope) if nonlinearity else raw).to(dtype)
 
 
-def gatv2_scores(nodes: Tensor, weight: Tensor, a: Tensor, negative_slope: float = 0.2) -> Tensor:
+def gatv2_scores(nodes: Tensor, *, weight: Tensor, a: Tensor, negative_slope: float = 0.2) -> Tensor:
     r"""GATv2 scores (Brody et al., 2022): :math:`e_{ij} = a^\top \mathrm{LeakyReLU}(W [h_i \,\Vert\, h_j])`.
 
     Row form: ``nodes (..., N, d_in)``, ``weight (2 d_in, d')``, ``a (d',)``. The nonlinearity

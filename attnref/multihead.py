@@ -266,14 +266,15 @@ def _mask(x_q: Tensor, x_k: Tensor, x_v: Tensor, h: int, mask: Tensor | None, ke
     return check.combine_masks(mask, keep), per_head
 
 
-def multi_head_attention(query: Tensor, weights: MultiHeadWeights, key: Tensor | None = None,
-                         value: Tensor | None = None, mask: Tensor | None = None,
+def multi_head_attention(query: Tensor, key: Tensor | None = None, value: Tensor | None = None, *,
+                         weights: MultiHeadWeights, mask: Tensor | None = None,
                          key_mask: Tensor | None = None, causal: bool = False) -> AttentionResult:
     r"""Multi-head attention computed head by head, as written in the paper.
 
     Args:
         query: ``(..., n, d)``; key ``(..., m, d_key_in)`` and value ``(..., m, d_value_in)``
             default to ``query`` (self-attention); value defaults to key.
+        weights: the layer's :class:`MultiHeadWeights` (keyword-only, as every parameter).
         mask: boolean (True = may attend) or additive, broadcastable to ``(..., n, m)`` (shared
             by every head) or, with one more axis, ``(..., h, n, m)`` (one mask per head).
         key_mask: boolean ``(..., m)``, True for real keys, False for padding
@@ -308,8 +309,8 @@ def multi_head_attention(query: Tensor, weights: MultiHeadWeights, key: Tensor |
     return AttentionResult(output, torch.stack(head_weights, dim=-3))   # weights (..., h, n, m)
 
 
-def multi_head_attention_packed(query: Tensor, weights: MultiHeadWeights, key: Tensor | None = None,
-                                value: Tensor | None = None, mask: Tensor | None = None,
+def multi_head_attention_packed(query: Tensor, key: Tensor | None = None, value: Tensor | None = None, *,
+                                weights: MultiHeadWeights, mask: Tensor | None = None,
                                 key_mask: Tensor | None = None, causal: bool = False) -> AttentionResult:
     """The same function as :func:`multi_head_attention`, with one ``d × h·d_k`` matrix per projection.
 
@@ -329,8 +330,8 @@ def multi_head_attention_packed(query: Tensor, weights: MultiHeadWeights, key: T
     return AttentionResult(output, heads.weights)         # weights (..., h, n, m)
 
 
-def head_projections(query: Tensor, weights: MultiHeadWeights, key: Tensor | None = None,
-                     value: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+def head_projections(query: Tensor, key: Tensor | None = None, value: Tensor | None = None, *,
+                     weights: MultiHeadWeights) -> tuple[Tensor, Tensor, Tensor]:
     r"""The per-head queries, keys and values, biases included: :math:`Q_i = X_q W_i^Q + b_i^Q`, ….
 
     Returns ``q (..., h, n, d_k)``, ``k (..., h, m, d_k)``, ``v (..., h, m, d_v)``; key and value

@@ -58,10 +58,11 @@ are computed in their own dtype.
 
 from __future__ import annotations
 
-import math
 import numbers
 
 import torch
+
+from attnref import _validate as check
 
 Tensor = torch.Tensor
 
@@ -72,32 +73,23 @@ __all__ = ["frequencies", "angles", "cos_sin", "rotate_half", "rotate", "rotatio
 
 def _head_width(d_k) -> int:
     """``d_k`` must be a positive even int: the coordinates come in pairs."""
-    if isinstance(d_k, bool) or not isinstance(d_k, numbers.Integral) or not 0 < d_k < 2**62:
-        raise ValueError(f"d_k must be a positive even int, got {d_k!r}")
+    check.positive_int("d_k", d_k)
     if d_k % 2:
         raise ValueError(f"d_k must be even (rotary embeddings rotate pairs of coordinates), got d_k = {d_k}")
     return int(d_k)
 
 
 def _base(base) -> float:
-    """``base`` must be a finite real number > 0 (not a bool, not a tensor of several values)."""
-    if isinstance(base, torch.Tensor):
-        if base.numel() != 1:
-            raise ValueError(f"base must be a number, got a tensor of shape {tuple(base.shape)}")
-        base = base.item()
-    if isinstance(base, bool) or not isinstance(base, numbers.Real):
-        raise ValueError(f"base must be a positive finite number, got {base!r}")
-    base = float(base)
-    if not math.isfinite(base) or base <= 0:
-        raise ValueError(f"base must be a positive finite number, got {base!r}")
+    """``base`` must be a finite real number > 0 (not a bool; a tensor only with 0 dimensions)."""
+    base = float(check.real_number("base", base))
+    if base <= 0:
+        raise ValueError(f"base must be > 0, got {base!r}")
     return base
 
 
 def _floating_dtype(name: str, dtype) -> torch.dtype:
-    dtype = torch.get_default_dtype() if dtype is None else dtype
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise ValueError(f"{name} must be a floating torch.dtype, got {dtype!r}")
-    return dtype
+    """``dtype``, or torch's default dtype for ``None``: a floating ``torch.dtype``."""
+    return check.floating_dtype(name, torch.get_default_dtype() if dtype is None else dtype)
 
 
 def _table_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -201,18 +193,11 @@ def rotate(x: Tensor, positions: Tensor | None = None, base: float = 10000.0) ->
     float64, with the rotation in float32 and one rounding to ``x``'s dtype. NaN or ±inf in ``x``
     raise ``ValueError``.
     """
-    if not isinstance(x, torch.Tensor):
-        raise ValueError(f"x must be a torch.Tensor of shape (..., n, d_k), got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise ValueError(f"x must have a floating dtype, got {x.dtype} with shape {tuple(x.shape)}")
-    if x.dim() < 2:
-        raise ValueError(f"x must have shape (..., n, d_k), got shape {tuple(x.shape)}")
+    check.floating("x", x, min_dim=2)                  # a finite floating (..., n, d_k): NaN or ±inf raise
     d_k = x.shape[-1]
-    if isinstance(d_k, int) and d_k % 2:
-        raise ValueError(f"x must have an even last dimension d_k (pairs of coordinates), got shape {tuple(x.shape)}")
-    _head_width(d_k)
-    if x.device.type != "meta" and not bool(torch.isfinite(x).all()):
-        raise ValueError(f"x of shape {tuple(x.shape)} contains NaN or ±inf; attnref does not propagate NaN")
+    if d_k == 0 or d_k % 2:
+        raise ValueError(f"x must have an even last dimension d_k > 0 (pairs of coordinates), got shape "
+                         f"{tuple(x.shape)}")
     table = _table_dtype(x.dtype)                                                   # float64 for half precision
     positions = _positions(positions, x.shape[-2], table, x.device)               # (..., n)
     batch = tuple(positions.shape[:-1])
@@ -244,9 +229,7 @@ def rotation_matrix(offset, d_k: int, base: float = 10000.0, *, dtype: torch.dty
         if dtype is None and offset.is_floating_point():
             dtype = offset.dtype
         offset = offset.item()
-    if isinstance(offset, bool) or not isinstance(offset, numbers.Real) or not math.isfinite(offset):
-        raise ValueError(f"offset must be a finite real number, got {offset!r}")
-    offset = float(offset)
+    offset = float(check.real_number("offset", offset))
     d_k = _head_width(d_k)
     dtype = _floating_dtype("dtype", dtype)
     half = d_k // 2

@@ -79,7 +79,7 @@ def sliding_window_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None)
     return output
 
 
-def token_mixing_linear(value: Tensor, mixing: Tensor) -> AttentionResult:
+def token_mixing_linear(value: Tensor, *, mixing: Tensor) -> AttentionResult:
     r"""A fixed linear mixing of tokens, :math:`y_i = \sum_j M_{ij} v_j`, i.e. :math:`Y = M V`.
 
     The same weighted sum as attention's :math:`y_i = \sum_j \alpha_{ij}(X) v_j`, with weights

@@ -101,7 +101,7 @@ def test_cosine_attention_weights(gen):
 def test_luong_general_and_linear_attention(gen):
     q, k, v = qkv(gen, d_k=4)
     w = randn(gen, 4, 4)
-    assert (attnref.luong_general_scores(q, k, w) - q @ w @ k.transpose(-2, -1)).abs().max() < PARITY_ATOL
+    assert (attnref.luong_general_scores(q, k, weight=w) - q @ w @ k.transpose(-2, -1)).abs().max() < PARITY_ATOL
     lin = attnref.linear_attention(q, k, v)
     assert (lin.output - q @ (k.transpose(-2, -1) @ v)).abs().max() < PARITY_ATOL
 
@@ -109,7 +109,7 @@ def test_luong_general_and_linear_attention(gen):
 def test_additive_scores_definition(gen):
     s, h = randn(gen, 3, 4), randn(gen, 5, 6)
     w_s, w_h, v = randn(gen, 4, 8), randn(gen, 6, 8), randn(gen, 8)
-    scores = attnref.additive_scores(s, h, w_s, w_h, v)
+    scores = attnref.additive_scores(s, h, w_query=w_s, w_key=w_h, v=v)
     by_loop = torch.tensor([[float(v @ torch.tanh(s[i] @ w_s + h[j] @ w_h)) for j in range(5)] for i in range(3)],
                            dtype=torch.float64)
     assert (scores - by_loop).abs().max() < PARITY_ATOL
@@ -117,13 +117,13 @@ def test_additive_scores_definition(gen):
 
 def test_gat_and_gatv2_scores_definition(gen):
     nodes, w, a = randn(gen, 5, 3), randn(gen, 3, 4), randn(gen, 8)
-    e = attnref.gat_scores(nodes, w, a)
+    e = attnref.gat_scores(nodes, weight=w, a=a)
     z = nodes @ w
     loop = torch.tensor([[float(F.leaky_relu(a @ torch.cat([z[i], z[j]]), 0.2)) for j in range(5)] for i in range(5)],
                         dtype=torch.float64)
     assert (e - loop).abs().max() < PARITY_ATOL
     w2, a2 = randn(gen, 6, 4), randn(gen, 4)
-    e2 = attnref.gatv2_scores(nodes, w2, a2)
+    e2 = attnref.gatv2_scores(nodes, weight=w2, a=a2)
     loop2 = torch.tensor([[float(a2 @ F.leaky_relu(torch.cat([nodes[i], nodes[j]]) @ w2, 0.2)) for j in range(5)]
                           for i in range(5)], dtype=torch.float64)
     assert (e2 - loop2).abs().max() < PARITY_ATOL
@@ -148,12 +148,12 @@ def test_every_attention_returns_an_attention_result(gen):
     layer = attnref.EncoderLayer.random(4, 2, 8, generator=gen)
     results = [attnref.scaled_dot_product_attention(q, k, v), attnref.cosine_attention(q, k, v),
                attnref.linear_attention(q, k, v), attnref.parameter_free_self_attention(q),
-               attnref.attention_from_scores(q @ k.transpose(-2, -1), v), attnref.multi_head_attention(q, weights),
-               attnref.multi_head_attention_packed(q, weights), attnref.encoder_layer(q, weights=layer),
+               attnref.attention_from_scores(q @ k.transpose(-2, -1), v), attnref.multi_head_attention(q, weights=weights),
+               attnref.multi_head_attention_packed(q, weights=weights), attnref.encoder_layer(q, weights=layer),
                attnref.pre_ln_layer(q, weights=layer), attnref.post_ln_layer(q, weights=layer),
                attnref.pre_ln_layer(q, weights=layer, causal=True),
                attnref.stack_layers(q, weights=[layer, layer]),
-               sl.token_mixing_linear(v, randn(gen, 3, 5))]
+               sl.token_mixing_linear(v, mixing=randn(gen, 3, 5))]
     assert all(isinstance(r, attnref.AttentionResult) for r in results)
 
 

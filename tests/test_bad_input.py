@@ -43,7 +43,7 @@ def test_d_model_not_divisible_by_heads():
 def test_mha_input_width_differs_from_weights():
     weights = MultiHeadWeights.random(8, 2)
     with pytest.raises(ValueError, match=r"query has shape \(5, 6\) and w_q has shape \(2, 8, 4\)"):
-        attnref.multi_head_attention(t(5, 6), weights)
+        attnref.multi_head_attention(t(5, 6), weights=weights)
 
 
 def test_mask_of_the_wrong_shape():
@@ -66,7 +66,7 @@ def test_additive_mask_with_nan():
 def test_key_mask_of_the_wrong_shape():
     weights = MultiHeadWeights.random(8, 2)
     with pytest.raises(ValueError, match=r"key_mask has shape \(2, 4\), expected the key positions \(2, 5\)"):
-        attnref.multi_head_attention(t(2, 5, 8), weights, key_mask=torch.ones(2, 4, dtype=torch.bool))
+        attnref.multi_head_attention(t(2, 5, 8), weights=weights, key_mask=torch.ones(2, 4, dtype=torch.bool))
 
 
 def test_non_floating_dtype():
@@ -144,7 +144,7 @@ def test_no_key_gives_zero_weights_and_a_zero_output():
 def test_no_query_gives_empty_results():
     result = attnref.scaled_dot_product_attention(t(0, 4), t(3, 4), t(3, 2))
     assert result.output.shape == (0, 2) and result.weights.shape == (0, 3)
-    mha = attnref.multi_head_attention(t(0, 8), MultiHeadWeights.random(8, 2))
+    mha = attnref.multi_head_attention(t(0, 8), weights=MultiHeadWeights.random(8, 2))
     assert mha.output.shape == (0, 8) and mha.weights.shape == (2, 0, 0)
     assert attnref.pre_ln_layer(t(0, 8), weights=attnref.EncoderLayer.random(8, 2, 16)).output.shape == (0, 8)
 
@@ -179,9 +179,9 @@ def test_score_batch_dimensions_do_not_broadcast(function):
 
 def test_additive_and_general_score_batch_dimensions_do_not_broadcast():
     with pytest.raises(ValueError, match=r"batch dimensions do not broadcast: query \(2, 3, 4\), key \(5, 3, 4\)"):
-        attnref.additive_scores(t(2, 3, 4), t(5, 3, 4), t(4, 2), t(4, 2), t(2))
+        attnref.additive_scores(t(2, 3, 4), t(5, 3, 4), w_query=t(4, 2), w_key=t(4, 2), v=t(2))
     with pytest.raises(ValueError, match=r"batch dimensions do not broadcast: query \(2, 3, 4\), key \(5, 3, 4\)"):
-        attnref.luong_general_scores(t(2, 3, 4), t(5, 3, 4), t(4, 4))
+        attnref.luong_general_scores(t(2, 3, 4), t(5, 3, 4), weight=t(4, 4))
 
 
 def test_beta_of_one_value_per_key_is_rejected():
@@ -206,7 +206,7 @@ def test_mask_on_another_device():
     with pytest.raises(ValueError, match=r"mask of shape \(2, 3\) is on meta, the inputs on cpu"):
         attnref.scaled_dot_product_attention(t(2, 4), t(3, 4), t(3, 2), mask=mask)
     with pytest.raises(ValueError, match=r"key_mask of shape \(2, 3\) is on meta, key on cpu"):
-        attnref.multi_head_attention(t(2, 3, 8), MultiHeadWeights.random(8, 2), key_mask=mask)
+        attnref.multi_head_attention(t(2, 3, 8), weights=MultiHeadWeights.random(8, 2), key_mask=mask)
 
 
 def test_inputs_on_two_devices():
@@ -219,7 +219,7 @@ def test_causal_must_be_a_bool(causal):
     with pytest.raises(ValueError, match="causal must be True or False"):
         attnref.scaled_dot_product_attention(t(2, 4), t(3, 4), t(3, 2), causal=causal)
     with pytest.raises(ValueError, match="causal must be True or False"):
-        attnref.multi_head_attention(t(2, 8), MultiHeadWeights.random(8, 2), causal=causal)
+        attnref.multi_head_attention(t(2, 8), weights=MultiHeadWeights.random(8, 2), causal=causal)
 
 
 @pytest.mark.parametrize("eps, message", [(float("nan"), "eps must be finite, got nan"),
@@ -258,15 +258,15 @@ def test_ffn_input_of_another_dtype():
 def test_mha_errors_name_what_the_caller_passed():
     weights = MultiHeadWeights.random(8, 2)
     with pytest.raises(ValueError, match=r"batch dimensions do not broadcast: query \(2, 5, 8\), key \(3, 6, 8\)"):
-        attnref.multi_head_attention(t(2, 5, 8), weights, key=t(3, 6, 8))
+        attnref.multi_head_attention(t(2, 5, 8), weights=weights, key=t(3, 6, 8))
     with pytest.raises(ValueError, match=r"mask of shape \(5, 4\) does not broadcast to the scores' shape "
                                          r"\(\.\.\., n, m\) = \(2, 5, 5\)"):
-        attnref.multi_head_attention_packed(t(2, 5, 8), weights, mask=torch.ones(5, 4, dtype=torch.bool))
+        attnref.multi_head_attention_packed(t(2, 5, 8), weights=weights, mask=torch.ones(5, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"mask of shape \(2, 3, 5, 5\) does not broadcast to the per-head "
                                          r"scores' shape \(\.\.\., h, n, m\) = \(2, 2, 5, 5\)"):
-        attnref.multi_head_attention(t(2, 5, 8), weights, mask=torch.ones(2, 3, 5, 5, dtype=torch.bool))
+        attnref.multi_head_attention(t(2, 5, 8), weights=weights, mask=torch.ones(2, 3, 5, 5, dtype=torch.bool))
     with pytest.raises(ValueError, match="weights must be MultiHeadWeights, got Tensor"):
-        attnref.multi_head_attention(t(2, 5, 8), t(8, 8))
+        attnref.multi_head_attention(t(2, 5, 8), weights=t(8, 8))
 
 
 def test_linear_attention_takes_boolean_masks_only():

@@ -180,7 +180,7 @@ def test_m4_an_ignored_causal_mask_is_caught(monkeypatch):
 def softmax_linear_attention(original):
     def softmaxed(query, key, value, **kwargs):
         scores = (query @ key.transpose(-2, -1)).softmax(dim=-1)     # a softmax slipped in
-        return AttentionResult(scores @ value, scores)
+        return AttentionResult(scores @ value, scores, scores=query @ key.transpose(-2, -1))
     return softmaxed
 
 

@@ -152,7 +152,7 @@ def test_d2_pre_ln_layer_that_normalises_after_the_residual_is_caught(monkeypatc
     # Bug: a "pre-LN" layer that normalises the residual sum (post-LN in disguise).
     def normalised_after(x, layer, **kwargs):
         y = attnref.layer_norm(x + attnref.multi_head_attention(attnref.layer_norm(x, layer.norm_1),
-                                                                layer.attention).output, layer.norm_1)
+                                                                weights=layer.attention).output, layer.norm_1)
         z = y + attnref.feed_forward(attnref.layer_norm(y, layer.norm_2), layer.ffn)
         return attnref.AttentionResult(z, None)
     monkeypatch.setattr(attnref, "pre_ln_layer", normalised_after)

@@ -61,7 +61,7 @@ def test_batched_attention_is_attnref_s_draw_by_draw(gen, bias):
     x = torch.randn(3, 5, 8, generator=gen, dtype=torch.float64)
     batched = depth.self_attention(x, depth.layer_weights(s, 1))
     for b in range(3):
-        ours = attnref.multi_head_attention(x[b], s.layer(1, b).attention).output
+        ours = attnref.multi_head_attention(x[b], weights=s.layer(1, b).attention).output
         torch.testing.assert_close(batched[b], ours, rtol=0, atol=1e-13)
 
 

@@ -61,8 +61,8 @@ def test_gradcheck_score_functions(gen):
     q, k = leaf(gen, 3, 4), leaf(gen, 5, 4)
     w, w_q, w_k, v = leaf(gen, 4, 4), leaf(gen, 4, 6), leaf(gen, 4, 6), leaf(gen, 6)
     check(attnref.luong_dot_scores, q, k)
-    check(attnref.luong_general_scores, q, k, w)
-    check(attnref.additive_scores, q, k, w_q, w_k, v)
+    check(lambda q, k, w: attnref.luong_general_scores(q, k, weight=w), q, k, w)
+    check(lambda q, k, w_q, w_k, v: attnref.additive_scores(q, k, w_query=w_q, w_key=w_k, v=v), q, k, w_q, w_k, v)
     check(attnref.cosine_scores, q, k)
 
 
@@ -80,9 +80,9 @@ def test_gradcheck_parameter_free_and_linear_attention(gen):
 
 def test_gradcheck_gat_and_gatv2(gen):
     nodes, w, a = leaf(gen, 4, 3), leaf(gen, 3, 2), leaf(gen, 4)
-    check(attnref.gat_scores, nodes, w, a)
+    check(lambda nodes, w, a: attnref.gat_scores(nodes, weight=w, a=a), nodes, w, a)
     w2, a2 = leaf(gen, 6, 2), leaf(gen, 2)
-    check(attnref.gatv2_scores, nodes, w2, a2)
+    check(lambda nodes, w, a: attnref.gatv2_scores(nodes, weight=w, a=a), nodes, w2, a2)
 
 
 @pytest.mark.parametrize("form", [attnref.multi_head_attention, attnref.multi_head_attention_packed])
@@ -92,7 +92,7 @@ def test_gradcheck_multi_head_attention_inputs_and_weights(gen, form):
     tensors = [getattr(base, f.name).clone().requires_grad_() for f in fields(base)]
 
     def run(x, *weights):
-        return form(x, attnref.MultiHeadWeights(*weights), causal=True).output
+        return form(x, weights=attnref.MultiHeadWeights(*weights), causal=True).output
 
     check(run, x, *tensors)
 
@@ -117,7 +117,7 @@ def test_gradcheck_sequence_layers(gen):
     x, w, b = leaf(gen, 5, 3), leaf(gen, 3, 2), leaf(gen, 2)
     check(sl.position_wise_linear, x, w, b)
     check(sl.sliding_window_linear, x, leaf(gen, 2, 3, 2), b)
-    check(lambda v, m: sl.token_mixing_linear(v, m).output, x, leaf(gen, 4, 5))
+    check(lambda v, m: sl.token_mixing_linear(v, mixing=m).output, x, leaf(gen, 4, 5))
 
 
 @pytest.mark.parametrize("run", [attnref.post_ln_layer, attnref.pre_ln_layer,
@@ -193,7 +193,7 @@ def test_multi_head_attention_gradients_match_torch(gen, form):
     key_mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
     probe = randn(gen, 2, 5, 8)
     weights = requiring_grad(attnref.MultiHeadWeights.from_torch(module))
-    (form(x_ours, weights, key_mask=key_mask, causal=True).output * probe).sum().backward()
+    (form(x_ours, weights=weights, key_mask=key_mask, causal=True).output * probe).sum().backward()
     causal = torch.ones(5, 5, dtype=torch.bool).triu(1)
     (module(x_theirs, x_theirs, x_theirs, key_padding_mask=~key_mask, attn_mask=causal)[0] * probe).sum().backward()
     assert_same_gradients(weights, attnref.MultiHeadWeights.from_torch(grads_of(module)), x_ours, x_theirs)

@@ -114,10 +114,10 @@ def test_sdpa_with_scores_beyond_float16s_range_is_finite():
 def test_multi_head_and_cosine_attention_in_half_precision(dtype):
     weights = attnref.MultiHeadWeights.random(16, 4, generator=torch.Generator().manual_seed(0), dtype=dtype)
     x = draw(8, 2, 7, 16, scale=30.0, dtype=dtype)
-    q, k, v = attnref.head_projections(x, weights)           # the projections in the format, as torch's
+    q, k, v = attnref.head_projections(x, weights=weights)           # the projections in the format, as torch's
     reference = attnref.scaled_dot_product_attention(q.double(), k.double(), v.double()).weights
-    ours = attnref.multi_head_attention(x, weights)
-    packed = attnref.multi_head_attention_packed(x, weights)
+    ours = attnref.multi_head_attention(x, weights=weights)
+    packed = attnref.multi_head_attention_packed(x, weights=weights)
     assert ours.output.dtype == dtype and torch.isfinite(ours.output).all()
     assert (ours.weights.double() - reference).abs().max() <= torch.finfo(dtype).eps
     assert (packed.weights.double() - reference).abs().max() <= torch.finfo(dtype).eps

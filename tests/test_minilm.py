@@ -184,7 +184,7 @@ def test_attention_probabilities_match_transformers(ours, bert_outputs, models, 
     assert len(ours[dtype].attentions) == len(reference) == 6
     for l, (mine, theirs) in enumerate(zip(ours[dtype].attentions, reference)):
         assert mine.shape == theirs.shape == (batch.input_ids.shape[0], 12) + (batch.input_ids.shape[1],) * 2
-        q, k = head_projections(ours[dtype].hidden_states[l], model.layers[l].attention)[:2]
+        q, k = head_projections(ours[dtype].hidden_states[l], weights=model.layers[l].attention)[:2]
         largest_logit = (q @ k.transpose(-2, -1)).abs().max().item() / math.sqrt(model.config.d_k)
         tolerance = 4 * relative_bound(dtype, l + 1) * largest_logit
         error = (mine - theirs).abs().max().item()
@@ -205,7 +205,7 @@ def test_layer_is_attnref_encoder_layer(ours, models, batch):
 
 def test_queries_and_keys_give_the_attention_weights(ours, models, batch):
     model, output = models[torch.float64], ours[torch.float64]
-    q, k = head_projections(output.hidden_states[2], model.layers[2].attention)[:2]   # (b, h, n, d_k)
+    q, k = head_projections(output.hidden_states[2], weights=model.layers[2].attention)[:2]   # (b, h, n, d_k)
     assert q.shape == k.shape == output.attentions[2].shape[:3] + (32,)
     weights = attnref.scaled_dot_product_attention(q, k, k, mask=batch.key_mask[:, None, None, :]).weights
     assert (weights - output.attentions[2]).abs().max().item() < 1e-14
@@ -408,9 +408,9 @@ def test_load_uses_attnref_head_split_and_no_global_randomness():
 def test_head_projections_bad_input(models):
     weights = models[torch.float32].layers[0].attention
     with pytest.raises(ValueError, match="width must match w_q"):
-        head_projections(torch.zeros(1, 3, 5), weights)
+        head_projections(torch.zeros(1, 3, 5), weights=weights)
     with pytest.raises(ValueError, match="one dtype"):
-        head_projections(torch.zeros(1, 3, 384, dtype=torch.float64), weights)
+        head_projections(torch.zeros(1, 3, 384, dtype=torch.float64), weights=weights)
 
 
 if __name__ == "__main__":

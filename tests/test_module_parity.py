@@ -34,7 +34,7 @@ def test_mha_self_attention_matches_torch(gen, form, bias):
     module = torch_mha(gen, bias=bias)
     x = randn(gen, 3, 6, 8)
     expected, expected_weights = module(x, x, x, average_attn_weights=False)
-    ours = form(x, MultiHeadWeights.from_torch(module))
+    ours = form(x, weights=MultiHeadWeights.from_torch(module))
     assert (ours.output - expected).abs().max() < PARITY_ATOL
     assert (ours.weights - expected_weights).abs().max() < PARITY_ATOL
 
@@ -46,7 +46,7 @@ def test_mha_cross_attention_with_key_mask_matches_torch(gen, form):
     key_mask = torch.ones(2, 7, dtype=torch.bool)
     key_mask[0, 5:] = False
     expected, _ = module(x, memory, memory, key_padding_mask=~key_mask)   # torch: True = ignore
-    ours = form(x, MultiHeadWeights.from_torch(module), key=memory, key_mask=key_mask)
+    ours = form(x, weights=MultiHeadWeights.from_torch(module), key=memory, key_mask=key_mask)
     assert (ours.output - expected).abs().max() < PARITY_ATOL
 
 
@@ -56,8 +56,8 @@ def test_mha_causal_and_attn_mask_match_torch(gen, form):
     x = randn(gen, 2, 5, 8)
     causal_mask = torch.ones(5, 5, dtype=torch.bool).tril()
     expected, _ = module(x, x, x, attn_mask=~causal_mask)   # torch: True = not allowed
-    ours_causal = form(x, MultiHeadWeights.from_torch(module), causal=True)
-    ours_mask = form(x, MultiHeadWeights.from_torch(module), mask=causal_mask)
+    ours_causal = form(x, weights=MultiHeadWeights.from_torch(module), causal=True)
+    ours_mask = form(x, weights=MultiHeadWeights.from_torch(module), mask=causal_mask)
     assert (ours_causal.output - expected).abs().max() < PARITY_ATOL
     assert (ours_mask.output - expected).abs().max() < PARITY_ATOL
 
@@ -66,7 +66,7 @@ def test_mha_with_different_key_and_value_widths_matches_torch(gen):
     module = torch_mha(gen, d=8, h=2, kdim=5, vdim=3)
     x, keys, values = randn(gen, 4, 8), randn(gen, 6, 5), randn(gen, 6, 3)
     expected, _ = module(x, keys, values)
-    ours = attnref.multi_head_attention(x, MultiHeadWeights.from_torch(module), key=keys, value=values)
+    ours = attnref.multi_head_attention(x, weights=MultiHeadWeights.from_torch(module), key=keys, value=values)
     assert (ours.output - expected).abs().max() < PARITY_ATOL
 
 
@@ -80,8 +80,8 @@ def test_weights_round_trip_through_torch(gen):
 def test_per_head_and_packed_forms_agree(gen):
     weights = MultiHeadWeights.random(12, 3, generator=gen)
     x = randn(gen, 2, 5, 12)
-    a = attnref.multi_head_attention(x, weights)
-    b = attnref.multi_head_attention_packed(x, weights)
+    a = attnref.multi_head_attention(x, weights=weights)
+    b = attnref.multi_head_attention_packed(x, weights=weights)
     assert (a.output - b.output).abs().max() < PARITY_ATOL
 
 
@@ -152,7 +152,7 @@ def test_sinusoidal_encoding_values():
 def test_head_projections_are_the_per_head_products(gen):
     weights = MultiHeadWeights.random(12, 3, generator=gen)
     x, memory = randn(gen, 2, 4, 12), randn(gen, 2, 6, 12)
-    q, k, v = attnref.head_projections(x, weights, key=memory)
+    q, k, v = attnref.head_projections(x, weights=weights, key=memory)
     for i in range(weights.h):
         assert (q[:, i] - (x @ weights.w_q[i] + weights.b_q[i])).abs().max() < PARITY_ATOL
         assert (k[:, i] - (memory @ weights.w_k[i] + weights.b_k[i])).abs().max() < PARITY_ATOL
@@ -163,8 +163,8 @@ def test_per_head_and_packed_forms_agree_with_only_some_biases(gen):
     full = MultiHeadWeights.random(8, 2, generator=gen)
     weights = MultiHeadWeights(w_q=full.w_q, w_k=full.w_k, w_v=full.w_v, w_o=full.w_o, b_q=full.b_q, b_v=full.b_v)
     x = randn(gen, 5, 8)
-    a = attnref.multi_head_attention(x, weights)
-    b = attnref.multi_head_attention_packed(x, weights)
+    a = attnref.multi_head_attention(x, weights=weights)
+    b = attnref.multi_head_attention_packed(x, weights=weights)
     assert (a.output - b.output).abs().max() < PARITY_ATOL
 
 
@@ -194,7 +194,7 @@ def test_per_head_mask_matches_torch(gen, form):
     key_mask[2, 3:] = False
     expected, expected_weights = module(x, x, x, attn_mask=~keep.reshape(6, 5, 5), key_padding_mask=~key_mask,
                                         average_attn_weights=False)
-    ours = form(x, MultiHeadWeights.from_torch(module), mask=keep, key_mask=key_mask)
+    ours = form(x, weights=MultiHeadWeights.from_torch(module), mask=keep, key_mask=key_mask)
     assert (ours.output - expected).abs().max() < PARITY_ATOL
     assert (ours.weights - expected_weights).abs().max() < PARITY_ATOL
 
@@ -213,8 +213,8 @@ def test_float32_multi_head_attention_is_float32_accurate(gen, form):
     most d = 16 terms: the error is below 5·d·u·(a bound on the magnitudes, ≤ 4 here)."""
     weights32 = MultiHeadWeights.random(16, 4, generator=gen).to(dtype=torch.float32)
     x32 = randn(gen, 2, 6, 16).float()
-    ours = form(x32, weights32)
-    reference = form(x32.double(), weights32.to(dtype=torch.float64))
+    ours = form(x32, weights=weights32)
+    reference = form(x32.double(), weights=weights32.to(dtype=torch.float64))
     assert ours.output.dtype == torch.float32
     assert (ours.output.double() - reference.output).abs().max() < 5 * 16 * U32 * 4
     assert (ours.weights.double() - reference.weights).abs().max() < 5 * 16 * U32 * 4
@@ -250,8 +250,8 @@ def test_non_contiguous_inputs(gen):
     key_mask[1, 4:] = False
     runs = [
         lambda x, km: attnref.scaled_dot_product_attention(x, x[:, ::2], x[:, ::2], key_mask=km[:, ::2]).output,
-        lambda x, km: attnref.multi_head_attention(x, weights, key_mask=km).output,
-        lambda x, km: attnref.multi_head_attention_packed(x, weights, key_mask=km).output,
+        lambda x, km: attnref.multi_head_attention(x, weights=weights, key_mask=km).output,
+        lambda x, km: attnref.multi_head_attention_packed(x, weights=weights, key_mask=km).output,
         lambda x, km: attnref.layer_norm(x),
         lambda x, km: attnref.pre_ln_layer(x, weights=layer, key_mask=km).output,
         lambda x, km: attnref.pre_ln_layer(x, weights=layer, causal=True).output,
@@ -293,7 +293,7 @@ def test_runs_on_cuda_and_agrees_with_the_cpu(gen):
     assert (on_gpu.output.cpu() - on_cpu.output).abs().max() < 1e-10
     weights = MultiHeadWeights.random(8, 2, generator=gen, device="cuda")
     assert weights.w_q.device.type == "cuda"
-    assert attnref.multi_head_attention(x.cuda(), weights, causal=True).output.device.type == "cuda"
+    assert attnref.multi_head_attention(x.cuda(), weights=weights, causal=True).output.device.type == "cuda"
     assert attnref.sinusoidal_positional_encoding(4, 8, device="cuda").device.type == "cuda"
 
 

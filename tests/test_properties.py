@@ -40,8 +40,8 @@ def test_self_attention_is_permutation_equivariant(n, d, seed):
     weights = attnref.MultiHeadWeights.random(d, 2, generator=torch.Generator().manual_seed(seed))
     x = draw(seed + 1, n, d)
     permutation = torch.randperm(n, generator=torch.Generator().manual_seed(seed + 2))
-    out = attnref.multi_head_attention(x, weights).output
-    out_permuted = attnref.multi_head_attention(x[permutation], weights).output
+    out = attnref.multi_head_attention(x, weights=weights).output
+    out_permuted = attnref.multi_head_attention(x[permutation], weights=weights).output
     assert torch.allclose(out_permuted, out[permutation], atol=1e-12)
 
 
@@ -79,8 +79,8 @@ def test_per_head_and_packed_forms_agree_under_every_mask(n, m, seed, per_head, 
     shape = (2, 3, n, m) if per_head else (2, n, m)
     mask = torch.rand(*shape, generator=gen) > 0.5
     key_mask = torch.rand(2, m, generator=gen) > 0.3 if with_key_mask else None
-    a = attnref.multi_head_attention(x, weights, memory, mask=mask, key_mask=key_mask, causal=causal)
-    b = attnref.multi_head_attention_packed(x, weights, memory, mask=mask, key_mask=key_mask, causal=causal)
+    a = attnref.multi_head_attention(x, weights=weights, key=memory, mask=mask, key_mask=key_mask, causal=causal)
+    b = attnref.multi_head_attention_packed(x, weights=weights, key=memory, mask=mask, key_mask=key_mask, causal=causal)
     assert torch.allclose(a.output, b.output, atol=1e-12) and torch.allclose(a.weights, b.weights, atol=1e-12)
     if per_head:   # a removed pair has weight 0 in its own head
         assert (a.weights[~mask] == 0).all()

@@ -125,21 +125,21 @@ def test_bad_input(gen):
     x = randn(gen, 5, 6)
     with pytest.raises(ValueError, match=r"d_k must be even .* d_k = 5"):
         rope.frequencies(5)
-    with pytest.raises(ValueError, match="d_k must be a positive even int, got 0"):
+    with pytest.raises(ValueError, match="d_k must be a positive int, got 0"):
         rope.frequencies(0)
-    with pytest.raises(ValueError, match="d_k must be a positive even int, got True"):
+    with pytest.raises(ValueError, match="d_k must be a positive int, got True"):
         rope.rotation_matrix(1, True)
-    with pytest.raises(ValueError, match="base must be a positive finite number, got -2"):
+    with pytest.raises(ValueError, match="base must be > 0, got -2"):
         rope.frequencies(4, -2.0)
-    with pytest.raises(ValueError, match="base must be a positive finite number, got nan"):
+    with pytest.raises(ValueError, match="base must be finite, got nan"):
         rope.rotate(x, base=math.nan)
-    with pytest.raises(ValueError, match="base must be a positive finite number, got 'a'"):
+    with pytest.raises(ValueError, match="base must be a real number, got 'a'"):
         rope.frequencies(4, "a")
     with pytest.raises(ValueError, match=r"x must have an even last dimension .* shape \(5, 7\)"):
         rope.rotate(randn(gen, 5, 7))
-    with pytest.raises(ValueError, match=r"x must have shape \(\.\.\., n, d_k\), got shape \(6,\)"):
+    with pytest.raises(ValueError, match=r"x must have at least 2 dimensions, got shape \(6,\)"):
         rope.rotate(randn(gen, 6))
-    with pytest.raises(ValueError, match="x must have a floating dtype, got torch.int64"):
+    with pytest.raises(ValueError, match=r"x must have a floating dtype .* got torch.int64"):
         rope.rotate(torch.ones(5, 6, dtype=torch.long))
     with pytest.raises(ValueError, match=r"positions of shape \(4,\) do not match the n = 5 tokens"):
         rope.rotate(x, torch.arange(4))
@@ -153,7 +153,7 @@ def test_bad_input(gen):
         rope.rotate(x, [0, 1, 2, 3, 4])
     with pytest.raises(ValueError, match=r"offset must be one number, got a tensor of shape \(2,\)"):
         rope.rotation_matrix(torch.tensor([1.0, 2.0]), 4)
-    with pytest.raises(ValueError, match="offset must be a finite real number, got inf"):
+    with pytest.raises(ValueError, match="offset must be finite, got inf"):
         rope.rotation_matrix(math.inf, 4)
     with pytest.raises(ValueError, match="dtype must be a floating torch.dtype, got torch.int64"):
         rope.rotation_matrix(1, 4, dtype=torch.long)

@@ -70,7 +70,7 @@ def test_conv1d_weight_round_trip(gen):
 def test_token_mixing_linear_is_a_fixed_weighted_sum(gen):
     values = randn(gen, 2, 4, 3)
     mixing = randn(gen, 5, 4)
-    result = sl.token_mixing_linear(values, mixing)
+    result = sl.token_mixing_linear(values, mixing=mixing)
     assert result.output.shape == (2, 5, 3)
     assert result.weights is mixing
     expected = torch.einsum("ij,bjd->bid", mixing, values)
@@ -123,12 +123,12 @@ def test_sliding_window_linear_bad_bias():
 
 def test_token_mixing_linear_length_mismatch():
     with pytest.raises(ValueError, match=r"mixing has shape \(3, 5\) and value has shape \(4, 2\)"):
-        sl.token_mixing_linear(t(4, 2), t(3, 5))
+        sl.token_mixing_linear(t(4, 2), mixing=t(3, 5))
 
 
 def test_token_mixing_linear_wrong_rank():
     with pytest.raises(ValueError, match=r"mixing must have 2 dimensions, got shape \(4,\)"):
-        sl.token_mixing_linear(t(4, 2), t(4))
+        sl.token_mixing_linear(t(4, 2), mixing=t(4))
 
 
 def test_conv1d_weight_wrong_rank():

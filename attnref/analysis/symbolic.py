@@ -80,13 +80,6 @@ def homogeneity_degree(expr: sp.Basic | sp.MatrixBase, variables: Iterable[sp.Sy
     return degrees.pop()
 
 
-def polynomial_degree_in(expr: sp.Basic | sp.MatrixBase, variables: Iterable[sp.Symbol]) -> int:
-    """Highest total degree of ``expr`` in ``variables`` (the other symbols are coefficients)."""
-    variables = list(variables)
-    entries = list(expr) if isinstance(expr, sp.MatrixBase) else [expr]
-    return max(sp.Poly(sp.expand(e), *variables).total_degree() for e in entries if sp.expand(e) != 0)
-
-
 Moment = Callable[[sp.Symbol, int], sp.Expr]
 
 
