@@ -189,3 +189,98 @@ def test_every_recorded_check_says_what_it_rules_out():
                     if not (check.get("fails_if") or "").strip():
                         missing.append(f"{path.name} {verdict['id']}: {check['name']}")
     assert not missing, "checks without a fails-if line:\n  " + "\n  ".join(missing)
+
+
+# --- A book, not a log (issue #29 item 6) -------------------------------------------------------
+
+#: What a reader sees of an output: the richest format the page renders. A plain-text part beside
+#: an image, HTML, Markdown or LaTeX is never shown, so only a text-only output shows its repr.
+RICH_MIME = ("image/png", "image/jpeg", "image/svg+xml", "text/html", "text/markdown", "text/latex")
+#: Reprs a reader should never see: the typeset statement or a sentence says it instead.
+REPR_LIKE = [
+    (re.compile(r"^(True|False)$"), "a bare True/False (the flag of the last check: assign it, `_ = …`)"),
+    (re.compile(r"^\{\s*'[^']*'\s*:"), "a dict repr (show a table: attnref.book.typeset.array)"),
+    (re.compile(r"^\(.*,.*\)$", re.S), "a tuple repr (show named equations: typeset.equations)"),
+    (re.compile(r"^-?\d+(\.\d+)?$"), "a bare number (say what it counts: typeset.sentence)"),
+    (re.compile(r"^Matrix\(\["), "a sympy Matrix repr"),
+    (re.compile(r"<[\w.]+ object at 0x"), "an object repr"),
+    (re.compile(r"\btensor\("), "a torch tensor repr"),
+]
+#: A code cell that checks (a recorder call of attnref.book.claims, or an assert) is folded: the
+#: reader sees its typeset result and the verdict, and can open the code.
+CHECK_CALL = re.compile(r"\.(true|false|at_most|at_least|close|exact)\(|^\s*assert\s", re.M)
+FOLDED = {"hide-input", "remove-input", "hide-cell", "remove-cell"}
+
+
+def shown_plain_text(output: dict) -> str | None:
+    """The plain text a reader sees of ``output`` (None when a richer format is shown)."""
+    if output["output_type"] == "stream":
+        return None if output.get("name") == "stderr" else "".join(output.get("text", ""))
+    data = output.get("data") or {}
+    if output["output_type"] not in ("execute_result", "display_data") or any(m in data for m in RICH_MIME):
+        return None
+    text = data.get("text/plain", "")
+    return text if isinstance(text, str) else "".join(text)
+
+
+def reprs_shown(nb: dict) -> list[str]:
+    found = []
+    for index, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code" or set(cell.get("metadata", {}).get("tags", [])) & {"remove-output", "remove-cell"}:
+            continue
+        for output in cell.get("outputs", []):
+            text = shown_plain_text(output)
+            if text is None or not text.strip():
+                continue
+            for pattern, what in REPR_LIKE:
+                # a stream is prose: only reprs that cannot be sentences count there
+                if output["output_type"] == "stream" and what.startswith(("a bare", "a tuple", "a dict")):
+                    continue
+                if pattern.search(text.strip()):
+                    found.append(f"cell {index}: {what}: {text.strip()[:60]!r}")
+    return found
+
+
+def unfolded_check_cells(nb: dict) -> list[int]:
+    return [index for index, cell in enumerate(nb["cells"])
+            if cell["cell_type"] == "code" and CHECK_CALL.search("".join(cell["source"]))
+            and not FOLDED & set(cell.get("metadata", {}).get("tags", []))]
+
+
+def test_no_bare_flag_or_python_repr_is_shown(executed):
+    name, nb = executed
+    found = reprs_shown(nb)
+    assert not found, f"{name} shows Python reprs instead of a statement:\n  " + "\n  ".join(found)
+
+
+def test_no_figure_warning_is_shown(executed):
+    """plotting.show warns on the cell's stderr about text outside a figure; the page shows it."""
+    name, nb = executed
+    warned = [index for index, cell in enumerate(nb["cells"]) if cell["cell_type"] == "code"
+              for output in cell.get("outputs", []) if output["output_type"] == "stream"
+              and output.get("name") == "stderr" and "outside the figure" in "".join(output.get("text", ""))]
+    assert not warned, f"{name}: figure text outside the figure in cells {warned}"
+
+
+def test_check_cells_are_folded(notebook):
+    name, nb = notebook
+    cells = unfolded_check_cells(nb)
+    assert not cells, (f"{name}: code cells {cells} run checks but are shown open: tag them hide-input "
+                       "(the reader sees the typeset result and the verdict, and can open the code)")
+
+
+def test_the_presentation_rules_catch_what_they_name():
+    """Each rule fails on the output it names and passes on its typeset replacement."""
+    def result(text, mime="text/plain"):
+        return {"cells": [{"cell_type": "code", "metadata": {}, "source": "x",
+                           "outputs": [{"output_type": "execute_result", "data": {mime: text}, "metadata": {}}]}]}
+    for shown in ("True", "{'float16': (25*log(2), 11*log(2))}", "(1/d, 3/(d*(d + 2)))", "746",
+                  "Matrix([[1, 0]])", "<Foo object at 0x7f00aa11bb22>", "tensor([1., 2.])"):
+        assert reprs_shown(result(shown)), shown
+    for fine in ("Q1: holds (16/16 checks passed)", "<Figure size 500x320 with 1 Axes>"):
+        assert not reprs_shown(result(fine)), fine
+    assert not reprs_shown(result(r"$\displaystyle g_0 = 25 \ln 2$", "text/latex"))
+    check = {"cells": [{"cell_type": "code", "metadata": {}, "source": "q1.at_most('x', 1, 2)\n", "outputs": []}]}
+    assert unfolded_check_cells(check) == [0]
+    check["cells"][0]["metadata"]["tags"] = ["hide-input"]
+    assert unfolded_check_cells(check) == []
