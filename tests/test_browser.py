@@ -683,7 +683,10 @@ async def _layout_crawl(playwright_api, server: str, pages: list[str]) -> dict[t
             if cdp is not None:
                 await cdp.send("Network.enable")
                 cdp.on("Network.requestWillBeSent",
-                       lambda e: requests.setdefault(e["requestId"], {"url": e["request"]["url"]}))
+                       lambda e: e["request"]["url"].startswith(("http:", "https:"))
+                       and requests.setdefault(e["requestId"], {"url": e["request"]["url"]}))
+                cdp.on("Network.loadingFailed",
+                       lambda e: requests.get(e["requestId"], {}).update(failed=e.get("errorText", "?")))
                 cdp.on("Network.loadingFinished",
                        lambda e: requests.get(e["requestId"], {}).update(bytes=e["encodedDataLength"]))
                 cdp.on("Network.dataReceived",
@@ -698,11 +701,17 @@ async def _layout_crawl(playwright_api, server: str, pages: list[str]) -> dict[t
                 facts[(width, path)] = await page.evaluate(LAYOUT_FACTS)
                 if chapter:
                     await page.wait_for_load_state("networkidle")
+                    for _ in range(20):   # the last responses' events (up to 2 s)
+                        if all("bytes" in r or "failed" in r for r in requests.values()):
+                            break
+                        await asyncio.sleep(0.1)
                     done = [r for r in requests.values() if "bytes" in r]
                     urls = [urlsplit(r["url"]).path for r in done]
                     facts[(width, path)]["weight"] = {
                         "bytes": sum(r["bytes"] for r in done), "decoded": sum(r.get("decoded", 0) for r in done),
-                        "requests": len(done), "unfinished": len(requests) - len(done),
+                        "requests": len(done),
+                        "unfinished": [r["url"] for r in requests.values() if "bytes" not in r and "failed" not in r],
+                        "failed": [f"{r['failed']} {r['url']}" for r in requests.values() if "failed" in r],
                         "twice": sorted({u for u in urls if urls.count(u) > 1}),
                         "mathjax": [u for u in urls if re.search(r"/mathjax/[^/]*\.js$", u)],
                         "icon_fonts": [u for u in urls if "/fontawesome/" in u],
@@ -801,6 +810,8 @@ def test_chapter_pages_weigh_at_most_1_5_mb_and_load_mathjax_once(layout) -> Non
     icons = {p: w["icon_fonts"] for p, w in weights.items() if w["icon_fonts"] != [
         "/_static/vendor/fontawesome/webfonts/fa-solid-900-subset.woff"]}
     assert not icons, f"icon fonts other than the subset: {icons}"
+    failed = {p: w["failed"] for p, w in weights.items() if w["failed"]}
+    assert not failed, f"requests that failed while the page was weighed: {failed}"
     unfinished = {p: w["unfinished"] for p, w in weights.items() if w["unfinished"]}
     assert not unfinished, f"requests still running when the page was weighed: {unfinished}"
 
