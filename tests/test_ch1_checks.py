@@ -75,13 +75,13 @@ def test_every_check_passes_on_attnref_and_names_what_it_rules_out(claim_id):
 _REAL_SOFTMAX = attnref.attention._softmax
 
 
-def _softmax_without_max_shift(logits, dim):
+def _softmax_without_max_shift(logits, dim, *, overwrite=False):
     """The textbook exp(z) / Σ exp(z): overflows (inf / inf = NaN) for large logits."""
     exps = torch.exp(logits)
     return exps / exps.sum(dim=dim, keepdim=True)
 
 
-def _softmax_with_temperature(logits, dim):
+def _softmax_with_temperature(logits, dim, *, overwrite=False):
     return _REAL_SOFTMAX(2 * logits, dim)
 
 
@@ -90,15 +90,15 @@ _REAL_SDPA = attnref.multihead.scaled_dot_product_attention
 
 def _mha_scaled_by_model_width(real):
     """multi_head_attention dividing the scores by √d (the model width), not √d_k."""
-    def mutant(query, weights, key=None, value=None, **kwargs):
+    def mutant(query, key=None, value=None, **kwargs):
         d = query.shape[-1]
 
-        def sdpa(q, k, v, mask=None, causal=False, scale=None):
+        def sdpa(q, k, v, *, mask=None, causal=False, scale=None):
             return _REAL_SDPA(q, k, v, mask=mask, causal=causal, scale=1 / math.sqrt(d))
 
         attnref.multihead.scaled_dot_product_attention = sdpa
         try:
-            return real(query, weights, key=key, value=value, **kwargs)
+            return real(query, key=key, value=value, **kwargs)
         finally:
             attnref.multihead.scaled_dot_product_attention = _REAL_SDPA
     return mutant
@@ -106,7 +106,7 @@ def _mha_scaled_by_model_width(real):
 
 def test_q1_catches_a_transposed_fused_weight(monkeypatch):
     real = attnref.luong_general_scores
-    monkeypatch.setattr(attnref, "luong_general_scores", lambda q, k, w: real(q, k, w.T))
+    monkeypatch.setattr(attnref, "luong_general_scores", lambda q, k, *, weight: real(q, k, weight=weight.T))
     verdict, checks = run_section("Q1")
     assert_caught("Q1", verdict, checks, "max |attnref − torch| of the scores")
 
@@ -193,7 +193,8 @@ def test_q6_catches_the_activation_applied_to_each_term(monkeypatch):
 def test_q6_catches_swapped_query_and_key_weights(monkeypatch):
     real = attnref.additive_scores
     monkeypatch.setattr(attnref, "additive_scores",
-                        lambda q, k, w_q, w_k, v, activation=torch.tanh: real(q, k, w_k, w_q, v, activation))
+                        lambda q, k, *, w_query, w_key, v, activation=torch.tanh: real(
+                            q, k, w_query=w_key, w_key=w_query, v=v, activation=activation))
     verdict, checks = run_section("Q6")
     assert_caught("Q6", verdict, checks, "additive_scores vs the loop")
 
@@ -201,9 +202,10 @@ def test_q6_catches_swapped_query_and_key_weights(monkeypatch):
 def test_q7_catches_the_halves_of_a_swapped(monkeypatch):
     real = attnref.gat_scores
 
-    def swapped(nodes, weight, a, negative_slope=0.2, nonlinearity=True):
+    def swapped(nodes, *, weight, a, negative_slope=0.2, nonlinearity=True):
         half = a.shape[0] // 2
-        return real(nodes, weight, torch.cat([a[half:], a[:half]]), negative_slope, nonlinearity)
+        return real(nodes, weight=weight, a=torch.cat([a[half:], a[:half]]), negative_slope=negative_slope,
+                    nonlinearity=nonlinearity)
 
     monkeypatch.setattr(attnref, "gat_scores", swapped)
     verdict, checks = run_section("Q7")
