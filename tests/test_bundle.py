@@ -176,7 +176,8 @@ def test_the_readme_commands_run_from_the_unpacked_bundle(bundle: Path, tmp_path
                            env=env, check=True, capture_output=True, text=True).stdout.strip()
     assert Path(where).is_relative_to(here / ".venv"), f"attnref imported from {where}, not from the new venv"
     for tool in make_bundle.TOOLS:
-        subprocess.run([str(python), tool, "--help"], cwd=here, env=env, check=True, capture_output=True, text=True)
+        started = subprocess.run([str(python), tool, "--help"], cwd=here, env=env, capture_output=True, text=True)
+        assert started.returncode == 0, f"{tool} does not start in the new venv:\n{started.stderr[-3000:]}"
 
     (run,) = [c for c in commands if c.startswith("jupyter execute")]
     name = re.search(r"notebooks/(\S+)\.ipynb", run).group(1)
