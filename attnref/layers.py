@@ -468,16 +468,17 @@ def stack_weights(layers: Sequence[T]) -> T:
     return replace_tensors(first, {k: torch.stack([named_tensors(layer)[k] for layer in layers]) for k in names})
 
 
-def select(weights: T, index: int | tuple[int, ...]) -> T:
+def select(weights: T, index: int | slice | tuple[int | slice, ...]) -> T:
     """One layer (or a sub-batch) of batched weights: every tensor indexed on its leading batch
-    axes, ``t[index]`` (``index`` an int or a tuple of ints, one per batch axis)."""
+    axes, ``t[index]`` (``index`` an int, a slice, or a tuple of them, one per batch axis)."""
     batch = getattr(weights, "batch_shape", None)
     if batch is None:
         raise ValueError(f"weights must be batched weights (a weights dataclass), got {type(weights).__name__}")
-    index = (index,) if isinstance(index, int) else index
-    if (not isinstance(index, tuple) or not all(isinstance(i, int) and not isinstance(i, bool) for i in index)
-            or len(index) > len(batch) or any(not -b <= i < b for i, b in zip(index, batch))):
-        raise ValueError(f"index must be ints within the batch shape {batch}, got {index!r}")
+    index = index if isinstance(index, tuple) else (index,)
+    def fits(i: object, size: int) -> bool:
+        return isinstance(i, slice) or (isinstance(i, int) and not isinstance(i, bool) and -size <= i < size)
+    if len(index) > len(batch) or not all(fits(i, size) for i, size in zip(index, batch)):
+        raise ValueError(f"index must be ints or slices within the batch shape {batch}, got {index!r}")
     own = {"w_q": 3, "w_k": 3, "w_v": 3, "w_o": 2, "b_q": 2, "b_k": 2, "b_v": 2, "b_o": 1,   # each tensor's
            "w_1": 2, "w_2": 2, "b_1": 1, "b_2": 1, "gain": 1, "bias": 1}                    # own axes
     def take(name: str, t: Tensor) -> Tensor:

@@ -1,6 +1,7 @@
 """Chapter 7's checks can fail: for every claim D1–D3, plausible bugs injected into the
-notebook's own code or into the attnref functions it calls (the batched layers and helpers of
-``attnref.analysis.depth``, attnref's attention and blocks), and NaN injected into each claim's
+notebook's own code or into the attnref functions it calls (the helpers of
+``attnref.analysis.depth``, the variants of ``attnref.blocks``, attnref's attention and batched
+weights), and NaN injected into each claim's
 inputs, move the claim's verdict away from the expected one, and the check that catches each is
 named.
 
@@ -19,7 +20,9 @@ import pytest
 import torch
 
 import attnref
-from attnref.analysis import depth
+from attnref import blocks
+from attnref.analysis import depth, logit_scale
+from attnref.layers import select
 
 import notebook_sections                     # tests/notebook_sections.py
 from notebook_sections import assert_caught
@@ -56,26 +59,19 @@ def test_d1_residual_measured_without_removing_the_mean_is_caught():
 
 def test_d1_skip_connection_dropped_is_caught(monkeypatch):
     # Bug: the "attention + skip" variant forgets to add x back.
-    patched = dict(depth._LAYERS)
-    patched["attention + skip"] = lambda x, w, eps: depth.self_attention(x, w)
-    monkeypatch.setattr(depth, "_LAYERS", patched)
+    monkeypatch.setitem(blocks.VARIANTS, "attention + skip", blocks.Variant(norm=None, skip=False, ffn=False))
     verdict, checks = run_section("D1")
     assert_caught("D1", verdict, checks, "skip recursion vs direct")
 
 
-def test_d1_softmax_over_the_queries_is_caught(monkeypatch):
-    # Bug: the batched attention normalises over the queries (dim −2) instead of the keys.
-    real_softmax = torch.softmax
+def test_d1_batched_weights_that_give_every_draw_draw_0_s_are_caught(monkeypatch):
+    # Bug: batched attention weights broadcast draw 0's weights to every draw.
+    real = blocks.multi_head_attention
 
-    def attention(x, w):
-        original = torch.softmax
-        torch.softmax = lambda t, dim: real_softmax(t, dim=-2)
-        try:
-            return real_attention(x, w)
-        finally:
-            torch.softmax = original
-    real_attention = depth.self_attention
-    monkeypatch.setattr(depth, "self_attention", attention)
+    def first_draw_only(query, *args, weights, **kwargs):
+        return real(query, *args, weights=select(weights, (slice(0, 1),)) if weights.batch_shape else weights,
+                    **kwargs)
+    monkeypatch.setattr(blocks, "multi_head_attention", first_draw_only)
     verdict, checks = run_section("D1")
     assert_caught("D1", verdict, checks, "batched attention vs attnref.multi_head_attention")
 
@@ -84,9 +80,9 @@ def test_d1_attnref_scores_scaled_by_one_over_d_k_is_caught(monkeypatch):
     # Bug in attnref: scores divided by d_k instead of √d_k (W_Q scaled by 1/√d_k once more).
     real = attnref.multi_head_attention
 
-    def scaled(query, weights, **kwargs):
+    def scaled(query, *args, weights, **kwargs):
         d_k = weights.w_q.shape[-1]
-        return real(query, dataclasses.replace(weights, w_q=weights.w_q * d_k ** -0.5), **kwargs)
+        return real(query, *args, weights=dataclasses.replace(weights, w_q=weights.w_q * d_k ** -0.5), **kwargs)
     monkeypatch.setattr(attnref, "multi_head_attention", scaled)
     verdict, checks = run_section("D1")
     assert_caught("D1", verdict, checks, "batched attention vs attnref.multi_head_attention")
@@ -110,13 +106,8 @@ def test_d1_branch_scale_ignored_by_the_skip_recursion_is_caught(monkeypatch):
 
 
 def test_d1_pre_ln_that_normalises_the_sum_is_caught(monkeypatch):
-    # Bug: the batched "pre-LN" block normalises after the residual sum (post-LN in disguise).
-    def normalised_after(x, w, eps=1e-5, relu_after_sum=False):
-        y = depth.layer_norm(x + depth.self_attention(depth.layer_norm(x, eps), w), eps)
-        return y + depth.feed_forward(depth.layer_norm(y, eps), w)
-    patched = dict(depth._LAYERS)
-    patched["pre-LN"] = normalised_after
-    monkeypatch.setattr(depth, "_LAYERS", patched)
+    # Bug: the "pre-LN" variant normalises after the residual sum (post-LN in disguise).
+    monkeypatch.setitem(blocks.VARIANTS, "pre-LN", blocks.Variant(norm="post"))
     verdict, checks = run_section("D1")
     assert_caught("D1", verdict, checks, "pre-LN blocks")
 
@@ -131,11 +122,11 @@ def test_d1_gradient_helper_that_ignores_names_is_caught(monkeypatch):
     assert_caught("D1", verdict, checks, "W_Q, W_K get ≤ 1 %")
 
 
-def test_d1_entropy_over_the_wrong_axis_is_caught(monkeypatch):
-    # Bug: attention_entropy averages the weights' entropy as if every row were uniform
-    # (log n), i.e. it forgot the scores.
-    monkeypatch.setattr(depth, "attention_entropy",
-                        lambda x, w: torch.full(x.shape[:1], float(torch.tensor(x.shape[-2]).log())))
+def test_d1_entropy_of_uniform_rows_is_caught(monkeypatch):
+    # Bug: attention_entropy gives every row the entropy of a uniform row (log m), i.e. it
+    # forgot the weights.
+    monkeypatch.setattr(logit_scale, "attention_entropy",
+                        lambda weights: torch.full(weights.shape[:-1], float(torch.tensor(weights.shape[-1]).log())))
     verdict, checks = run_section("D1")
     assert_caught("D1", verdict, checks, "attention entropy")
 
@@ -166,12 +157,13 @@ def test_d2_pre_ln_stack_without_its_final_layernorm_is_caught():
     assert_caught("D2", verdict, checks, "pre-LN, last layer")
 
 
-def test_d2_batched_layernorm_without_eps_inside_the_root_is_caught(monkeypatch):
-    # Bug: the batched LayerNorm divides by (σ + ε) instead of √(σ² + ε).
-    def layer_norm(x, eps=1e-5):
-        mean = x.mean(dim=-1, keepdim=True)
-        return (x - mean) / (((x - mean) ** 2).mean(dim=-1, keepdim=True).sqrt() + eps)
-    monkeypatch.setattr(depth, "layer_norm", layer_norm)
+def test_d2_batched_ffn_that_gives_every_draw_the_last_draw_s_is_caught(monkeypatch):
+    # Bug: a batched FFN applies the last draw's weights to every draw (draw 0 stays right).
+    real = blocks.feed_forward
+
+    def last_draw_only(x, ffn):
+        return real(x, select(ffn, (slice(-1, None),)) if ffn.batch_shape else ffn)
+    monkeypatch.setattr(blocks, "feed_forward", last_draw_only)
     verdict, checks = run_section("D2")
     assert_caught("D2", verdict, checks, "vs attnref.stack_layers")
 
@@ -210,13 +202,15 @@ def test_d3_transposed_jacobian_is_caught(monkeypatch):
 
 
 def test_d3_relu_inside_the_branch_instead_of_after_the_sum_is_caught(monkeypatch):
-    # Bug: the "ReLU after the sums" variant applies the ReLU to the branch only (x + ReLU(F(x))).
-    def relu_in_branch(x, w, eps=1e-5, relu_after_sum=False):
-        y = x + torch.relu(depth.self_attention(depth.layer_norm(x, eps), w))
-        return y + torch.relu(depth.feed_forward(depth.layer_norm(y, eps), w))
-    patched = dict(depth._LAYERS)
-    patched["pre-LN, ReLU after the sums"] = relu_in_branch
-    monkeypatch.setattr(depth, "_LAYERS", patched)
+    # Bug: the "ReLU after the sums" variant applies the ReLU to the branches only
+    # (x + ReLU(F(x))), through the variant's attention hook and the FFN.
+    def relu_attention(x, **kwargs):
+        result = attnref.multi_head_attention(x, **kwargs)
+        return result._replace(output=torch.relu(result.output))
+    real_ffn = blocks.feed_forward
+    monkeypatch.setattr(blocks, "feed_forward", lambda x, ffn: torch.relu(real_ffn(x, ffn)))
+    monkeypatch.setitem(blocks.VARIANTS, "pre-LN, ReLU after the sums",
+                        blocks.Variant(norm="pre", attention=relu_attention))
     verdict, checks = run_section("D3")
     assert_caught("D3", verdict, checks, "ReLU(x + F(x))")
 

@@ -46,36 +46,49 @@ def test_mean_pairwise_cosine_and_mean_share():
 
 def test_random_stack_states_its_initialisation():
     big = depth.Stack.random(1, 400, 16, 2, 64, generator=torch.Generator().manual_seed(0))
-    assert big.w_q.shape == (1, 400, 2, 16, 8) and big.w_o.shape == (1, 400, 16, 16)
-    for name, variance in (("w_q", 1 / 16), ("w_o", 1 / 16), ("b_v", 1 / 16), ("w_1", 1 / 16),
-                           ("w_2", 1 / 64)):
-        assert getattr(big, name).var().item() == pytest.approx(variance, rel=0.05), name
-    assert depth.Stack.random(2, 3, 8, 2, 16, bias=False).b_q is None
+    layer = big.layers[0]
+    assert layer.batch_shape == (400,) and layer.attention.w_q.shape == (400, 2, 16, 8)
+    assert layer.attention.w_o.shape == (400, 16, 16)
+    for name, variance in (("attention.w_q", 1 / 16), ("attention.w_o", 1 / 16), ("attention.b_v", 1 / 16),
+                           ("ffn.w_1", 1 / 16), ("ffn.w_2", 1 / 64)):
+        assert named_tensors(layer)[name].var().item() == pytest.approx(variance, rel=0.05), name
+    assert layer.ffn.b_1 is None and layer.norm_1.gain is None and layer.norm_1.eps == 1e-5
+    assert not depth.Stack.random(2, 3, 8, 2, 16, bias=False).bias
     with pytest.raises(ValueError):
         depth.Stack.random(2, 3, 9, 2, 16)
+    with pytest.raises(ValueError, match="one batch axis"):
+        depth.Stack((attnref.EncoderLayer.random(8, 2, 16),))
+
+
+def test_random_stack_draws_the_numbers_it_always_drew():
+    """The draws keep their order (w_q, w_k, w_v, w_o, biases, w_1, w_2, each for every layer and
+    draw at once): chapter 7's stored numbers depend on it."""
+    g = torch.Generator().manual_seed(3)
+    s = depth.Stack.random(2, 3, 8, 2, 16, generator=g)
+    g = torch.Generator().manual_seed(3)
+    draws = [torch.randn(2, 3, *shape, generator=g, dtype=torch.float64) * fan_in ** -0.5
+             for shape, fan_in in (((2, 8, 4), 8), ((2, 8, 4), 8), ((2, 8, 4), 8), ((8, 8), 8), ((2, 4), 8),
+                                   ((2, 4), 8), ((2, 4), 8), ((8,), 8), ((8, 16), 8), ((16, 8), 16))]
+    names = ("attention.w_q", "attention.w_k", "attention.w_v", "attention.w_o", "attention.b_q",
+             "attention.b_k", "attention.b_v", "attention.b_o", "ffn.w_1", "ffn.w_2")
+    for l in range(2):
+        tensors = named_tensors(s.layers[l])
+        assert all(torch.equal(tensors[name], drawn[l]) for name, drawn in zip(names, draws))
 
 
 @pytest.mark.parametrize("bias", [True, False])
-def test_batched_attention_is_attnref_s_draw_by_draw(gen, bias):
+def test_a_batched_stack_is_attnref_s_layers_draw_by_draw(gen, bias):
+    """Every variant, run on the batch, equals attnref's layer run on one draw at a time (a
+    draw paired with another draw's weights, or a bias shared across draws, fails)."""
     s = stack(gen, bias=bias)
     x = torch.randn(3, 5, 8, generator=gen, dtype=torch.float64)
-    batched = depth.self_attention(x, depth.layer_weights(s, 1))
-    for b in range(3):
-        ours = attnref.multi_head_attention(x[b], weights=s.layer(1, b).attention).output
-        torch.testing.assert_close(batched[b], ours, rtol=0, atol=1e-13)
-
-
-@pytest.mark.parametrize("norm_first, variant", [(False, "post-LN"), (True, "pre-LN")])
-def test_batched_layers_are_attnref_blocks(gen, norm_first, variant):
-    s = stack(gen)
-    x = torch.randn(3, 5, 8, generator=gen, dtype=torch.float64)
-    hidden = depth.run(x, s, variant)
-    assert len(hidden) == 4
-    for b in range(3):
-        reference = attnref.stack_layers(x[b], [s.layer(i, b) for i in range(3)],
-                                         norm_first=norm_first)
-        for ours, theirs in zip(hidden, reference.hidden):
-            torch.testing.assert_close(ours[b], theirs, rtol=0, atol=1e-12)
+    for variant in attnref.blocks.VARIANTS:
+        hidden = depth.run(x, s, variant)
+        assert len(hidden) == 4
+        for b in (0, 2):
+            reference = attnref.stack_layers(x[b], weights=[s.layer(i, b) for i in range(3)], variant=variant)
+            for ours, theirs in zip(hidden, reference.trace.hidden):
+                torch.testing.assert_close(ours[b], theirs, rtol=0, atol=1e-12)
 
 
 def test_relu_after_the_sums_and_final_norm(gen):
@@ -83,13 +96,16 @@ def test_relu_after_the_sums_and_final_norm(gen):
     x = torch.randn(3, 4, 8, generator=gen, dtype=torch.float64)
     out = depth.run(x, s, "pre-LN, ReLU after the sums")[-1]
     assert (out >= 0).all()
-    w = depth.layer_weights(s, 0)
-    y = torch.relu(x + depth.self_attention(depth.layer_norm(x), w))
-    z = torch.relu(y + depth.feed_forward(depth.layer_norm(y), w))
-    torch.testing.assert_close(depth.run(x, s.first(1), "pre-LN, ReLU after the sums")[-1], z)
+    layer = s.layers[0]
+
+    def sa(t):
+        return attnref.multi_head_attention(t, weights=layer.attention).output
+    y = torch.relu(x + sa(attnref.layer_norm(x)))
+    z = torch.relu(y + attnref.feed_forward(attnref.layer_norm(y), layer.ffn))
+    torch.testing.assert_close(depth.run(x, s.first(1), "pre-LN, ReLU after the sums")[-1], z, rtol=0, atol=1e-12)
     normed = depth.run(x, s, "pre-LN", final_norm=True)
     assert len(normed) == 4
-    torch.testing.assert_close(normed[-1], depth.layer_norm(normed[-2]))
+    torch.testing.assert_close(normed[-1], attnref.layer_norm(normed[-2]))
     with pytest.raises(ValueError, match="unknown variant"):
         depth.run(x, s, "attention + magic")
 
@@ -98,7 +114,7 @@ def test_first_keeps_the_draws(gen):
     s = stack(gen, depth_=4)
     cut = s.first(2)
     assert cut.depth == 2 and cut.draws == 3
-    assert torch.equal(cut.w_2, s.w_2[:2])
+    assert cut.layers == s.layers[:2]
 
 
 def test_collapse_recursion_follows_the_direct_residual_and_goes_past_round_off(gen):
@@ -132,7 +148,7 @@ def test_layer_gradient_norms_match_autograd_through_attnref(gen):
                   for w in layers]
         h = x[b]
         for w, p in zip(layers, leaves):
-            h = attnref.pre_ln_layer(h, replace_tensors(w, p)).output
+            h = attnref.pre_ln_layer(h, weights=replace_tensors(w, p)).output
         out = attnref.layer_norm(h)
         grads = torch.autograd.grad(0.5 * ((out - target[b]) ** 2).sum(),
                                     [t for p in leaves for t in p.values()])
@@ -148,11 +164,8 @@ def test_jacobian_is_the_per_draw_jacobian(gen):
     J = depth.jacobian(lambda z: depth.run(z, s, "pre-LN")[-1], x)
     assert J.shape == (2, 12, 12)
     for b in range(2):
-        single = torch.autograd.functional.jacobian(
-            lambda z: depth.run(z[None], depth.Stack(**{
-                k: None if getattr(s, k) is None else getattr(s, k)[:, b:b + 1]
-                for k in ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "w_1",
-                          "w_2")}), "pre-LN")[-1][0], x[b])
+        one = depth.Stack(tuple(attnref.layers.select(layer, (slice(b, b + 1),)) for layer in s.layers))
+        single = torch.autograd.functional.jacobian(lambda z: depth.run(z[None], one, "pre-LN")[-1][0], x[b])
         torch.testing.assert_close(J[b], single.reshape(12, 12), rtol=0, atol=1e-12)
 
 
@@ -162,25 +175,12 @@ def test_skip_recursion_follows_the_direct_skip_stack(gen, scale):
     x = torch.randn(3, 5, 8, generator=gen, dtype=torch.float64)
     hidden = [x]
     for index in range(6):
-        hidden.append(hidden[-1] + scale * depth.self_attention(hidden[-1], depth.layer_weights(s, index)))
+        attended = attnref.multi_head_attention(hidden[-1], weights=s.layers[index].attention).output
+        hidden.append(hidden[-1] + scale * attended)
     direct = torch.stack([depth.relative_residual(h) for h in hidden])
     torch.testing.assert_close(depth.skip_recursion(x, s, scale).exp(), direct, rtol=1e-10, atol=0)
     with pytest.raises(ValueError):
         depth.skip_recursion(x, stack(gen, bias=True))
-
-
-def test_attention_entropy_is_log_n_for_uniform_rows_and_matches_an_explicit_sum(gen):
-    s = stack(gen, bias=False)
-    w = depth.layer_weights(s, 0)
-    x = torch.randn(3, 5, 8, generator=gen, dtype=torch.float64)
-    zero = {k: torch.zeros_like(t) if k in ("w_q", "w_k") else t for k, t in w.items()}
-    torch.testing.assert_close(depth.attention_entropy(x, zero), torch.full((3,), math.log(5),
-                                                                            dtype=torch.float64))
-    q = torch.einsum("bnd,bhdk->bhnk", x, w["w_q"])
-    k = torch.einsum("bnd,bhdk->bhnk", x, w["w_k"])
-    p = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), dim=-1)
-    expected = -(p * p.log()).sum(-1).mean(dim=(-1, -2))
-    torch.testing.assert_close(depth.attention_entropy(x, w), expected, rtol=1e-12, atol=0)
 
 
 def test_layer_gradient_norms_of_named_tensors(gen):
@@ -188,7 +188,9 @@ def test_layer_gradient_norms_of_named_tensors(gen):
     x = torch.randn(3, 5, 8, generator=gen, dtype=torch.float64)
     t = torch.randn(3, 5, 8, generator=gen, dtype=torch.float64)
     every = depth.layer_gradient_norms(x, s, "attention + skip", t)
-    qk = depth.layer_gradient_norms(x, s, "attention + skip", t, names=("w_q", "w_k"))
-    vo = depth.layer_gradient_norms(x, s, "attention + skip", t, names=("w_v", "w_o"))
+    qk = depth.layer_gradient_norms(x, s, "attention + skip", t, names=("attention.w_q", "attention.w_k"))
+    vo = depth.layer_gradient_norms(x, s, "attention + skip", t, names=("attention.w_v", "attention.w_o"))
     torch.testing.assert_close(qk ** 2 + vo ** 2, every ** 2, rtol=1e-12, atol=0)
     assert (qk > 0).all() and (qk < every).all()
+    with pytest.raises(ValueError, match="names must be among"):
+        depth.layer_gradient_norms(x, s, "attention + skip", t, names=("w_q",))

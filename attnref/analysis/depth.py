@@ -1,54 +1,44 @@
 r"""Depth at initialisation: rank collapse, per-layer gradient norms, end-to-end Jacobian spectra.
 
 Measurement helpers of chapter 7, model-agnostic where they can be (any function of a token
-matrix). Statistics need many independent draws of a whole stack, so the layers here are
-*batched over draws*: every weight carries a leading axis of ``B`` independent draws, and one
-call computes ``B`` stacks at once. They compute the same functions as :mod:`attnref.blocks`
-(post-LN, pre-LN) and :func:`attnref.multi_head_attention` — :meth:`Stack.layer` returns one
-draw as an :class:`attnref.EncoderLayer`, so a notebook can hold the batched computation to
-attnref's own, draw by draw.
+matrix). Statistics need many independent draws of a whole stack, so a :class:`Stack` holds
+``L`` *batched* layers: each an :class:`attnref.EncoderLayer` whose tensors carry a leading axis
+of ``B`` independent draws (:mod:`attnref.layers`), and one call of attnref's own layers
+(:func:`attnref.blocks.encoder_layer`, in a variant of :data:`attnref.blocks.VARIANTS`)
+computes ``B`` stacks at once. There is no second implementation of a layer here.
 
 * :func:`relative_residual` — :math:`\lVert X - \mathbf 1 \bar x^\top\rVert_F / \lVert X\rVert_F`,
   the distance to the rank-one matrices of identical tokens (Dong, Cordonnier & Loukas, 2021).
 * :class:`Stack` — ``L`` layers × ``B`` draws at a stated initialisation (that of
   :meth:`attnref.EncoderLayer.random`).
-* :func:`self_attention`, :func:`layer_norm`, :func:`feed_forward`, :func:`post_ln`,
-  :func:`pre_ln` — the batched layers; :func:`run` applies a stack in one of several variants.
+* :func:`run` — a stack applied in one of :data:`attnref.blocks.VARIANTS`, every depth kept.
 * :func:`collapse_recursion` — a pure self-attention stack followed exactly in the split
   :math:`X = \mathbf 1 m^\top + R`, with :math:`\lVert R\rVert` carried as a logarithm, so that a
   residual of :math:`10^{-10^{11}}` is still resolved (float64 stops at its round-off floor).
 * :func:`skip_recursion` — the same for :math:`X + c\,\mathrm{SA}(X)` (plain or scaled skip
   connections): an exponential collapse followed past float64's floor.
-* :func:`attention_entropy` — the mean entropy of a layer's attention rows.
 * :func:`layer_gradient_norms` — the norm of the loss gradient w.r.t. each layer's weights.
 * :func:`jacobian` — end-to-end input–output Jacobians of a batched map, one per draw.
 * :func:`mean_pairwise_cosine` — the tokens' mean pairwise cosine similarity.
+
+(The entropy of attention rows is :func:`attnref.analysis.logit_scale.attention_entropy` of the
+weights a layer returns.)
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
 
 import attnref
-from attnref.layers import FeedForward, LayerNormParams
+from attnref.blocks import VARIANTS
+from attnref.layers import EncoderLayer, FeedForward, LayerNormParams, named_tensors, replace_tensors, select
 from attnref.multihead import MultiHeadWeights
 
 Tensor = torch.Tensor
-
-#: The names of the variants :func:`run` knows, with the layer each applies.
-VARIANTS = {
-    "attention": "X ← SA(X)",                              # pure self-attention, no skip, no FFN
-    "attention + skip": "X ← X + SA(X)",
-    "attention + FFN": "X ← FFN(SA(X))",                   # no skip connection
-    "attention + LayerNorm": "X ← LN(SA(X))",              # no skip connection
-    "post-LN": "Y = LN(X + SA(X)), X ← LN(Y + FFN(Y))",
-    "pre-LN": "Y = X + SA(LN(X)), X ← Y + FFN(LN(Y))",
-    "pre-LN, ReLU after the sums": "Y = ReLU(X + SA(LN(X))), X ← ReLU(Y + FFN(LN(Y)))",
-}
 
 
 # --- measurements on token matrices ------------------------------------------------------------
@@ -81,150 +71,94 @@ def mean_token_share(x: Tensor) -> Tensor:
 # --- a batch of stacks at initialisation --------------------------------------------------------
 @dataclass(frozen=True)
 class Stack:
-    """``L`` layers for ``B`` independent draws; every tensor has leading axes ``(L, B)``.
+    """``L`` layers for ``B`` independent draws: ``layers[l]`` is one :class:`attnref.EncoderLayer`
+    whose attention and FFN tensors carry the batch axis ``(B,)`` (``w_q (B, h, d, d_k)``, …).
 
     The initialisation is :meth:`attnref.EncoderLayer.random`'s: attention weights (and, when
     ``bias``, attention biases) from N(0, 1/d); FFN ``w_1`` from N(0, 1/d), ``w_2`` from
-    N(0, 1/d_ff), zero FFN biases; LayerNorm γ = 1, β = 0 (so the LayerNorms here carry no
-    affine part: it is the identity at initialisation).
+    N(0, 1/d_ff), zero FFN biases (left out: ``None``); LayerNorm γ = 1, β = 0 (left out: the
+    LayerNorms carry no affine part, which is the identity at initialisation).
     """
 
-    w_q: Tensor            # (L, B, h, d, d_k)
-    w_k: Tensor            # (L, B, h, d, d_k)
-    w_v: Tensor            # (L, B, h, d, d_v)
-    w_o: Tensor            # (L, B, h·d_v, d)
-    b_q: Tensor | None     # (L, B, h, d_k)
-    b_k: Tensor | None     # (L, B, h, d_k)
-    b_v: Tensor | None     # (L, B, h, d_v)
-    b_o: Tensor | None     # (L, B, d)
-    w_1: Tensor            # (L, B, d, d_ff)
-    w_2: Tensor            # (L, B, d_ff, d)
-    eps: float = 1e-5      # LayerNorm ε
+    layers: tuple[EncoderLayer, ...]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.layers, tuple) or not self.layers:
+            raise ValueError(f"layers must be a non-empty tuple of batched attnref.EncoderLayer, got {self.layers!r}")
+        for i, layer in enumerate(self.layers):
+            if not isinstance(layer, EncoderLayer) or len(layer.batch_shape) != 1:
+                raise ValueError(f"layers[{i}] must be an attnref.EncoderLayer with one batch axis (B,), got "
+                                 f"{type(layer).__name__} {getattr(layer, 'batch_shape', '')}")
 
     @property
     def depth(self) -> int:
-        return self.w_q.shape[0]
+        return len(self.layers)
 
     @property
     def draws(self) -> int:
-        return self.w_q.shape[1]
+        return self.layers[0].batch_shape[0]
+
+    @property
+    def eps(self) -> float:
+        """The LayerNorms' ε."""
+        return self.layers[0].norm_1.eps
+
+    @property
+    def bias(self) -> bool:
+        """Whether the attention has biases."""
+        return self.layers[0].attention.b_q is not None
 
     @classmethod
     def random(cls, depth: int, draws: int, d: int, h: int, d_ff: int, bias: bool = True,
-               generator: torch.Generator | None = None, dtype: torch.dtype = torch.float64) -> "Stack":
+               generator: torch.Generator | None = None, dtype: torch.dtype = torch.float64,
+               eps: float = 1e-5) -> "Stack":
         """Draw ``depth × draws`` layers at the initialisation stated in the class docstring."""
         if min(depth, draws, d, h, d_ff) < 1 or d % h:
             raise ValueError(f"need positive sizes and h | d, got L={depth}, B={draws}, d={d}, h={h}, d_ff={d_ff}")
         d_k = d // h
 
-        def draw(*shape: int, fan_in: int) -> Tensor:
+        def draw(*shape: int, fan_in: int) -> Tensor:          # every layer's draws at once: (L, B, …)
             return torch.randn(depth, draws, *shape, generator=generator, dtype=dtype) * fan_in ** -0.5
 
         maybe = (lambda *shape: draw(*shape, fan_in=d)) if bias else (lambda *shape: None)
-        return cls(w_q=draw(h, d, d_k, fan_in=d), w_k=draw(h, d, d_k, fan_in=d), w_v=draw(h, d, d_k, fan_in=d),
-                   w_o=draw(h * d_k, d, fan_in=d), b_q=maybe(h, d_k), b_k=maybe(h, d_k), b_v=maybe(h, d_k),
-                   b_o=maybe(d), w_1=draw(d, d_ff, fan_in=d), w_2=draw(d_ff, d, fan_in=d_ff))
+        # the order of the draws fixes the numbers: w_q, w_k, w_v, w_o, the biases, w_1, w_2
+        w_q, w_k, w_v, w_o = draw(h, d, d_k, fan_in=d), draw(h, d, d_k, fan_in=d), draw(h, d, d_k, fan_in=d), \
+            draw(h * d_k, d, fan_in=d)
+        b_q, b_k, b_v, b_o = maybe(h, d_k), maybe(h, d_k), maybe(h, d_k), maybe(d)
+        w_1, w_2 = draw(d, d_ff, fan_in=d), draw(d_ff, d, fan_in=d_ff)
 
-    def tensors(self) -> dict[str, Tensor]:
-        """The weight tensors by name (absent biases left out)."""
-        names = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "w_1", "w_2")
-        return {k: getattr(self, k) for k in names if getattr(self, k) is not None}
+        def pick(t: Tensor | None, l: int) -> Tensor | None:
+            return None if t is None else t[l]
+
+        norm = LayerNormParams(eps=eps)
+        return cls(tuple(
+            EncoderLayer(attention=MultiHeadWeights(w_q=w_q[l], w_k=w_k[l], w_v=w_v[l], w_o=w_o[l], b_q=pick(b_q, l),
+                                                    b_k=pick(b_k, l), b_v=pick(b_v, l), b_o=pick(b_o, l)),
+                         norm_1=norm, ffn=FeedForward(w_1=w_1[l], b_1=None, w_2=w_2[l], b_2=None), norm_2=norm)
+            for l in range(depth)))
 
     def first(self, depth: int) -> "Stack":
         """The stack of the first ``depth`` layers (the same draws)."""
-        cut = {k: None if getattr(self, k) is None else getattr(self, k)[:depth]
-               for k in ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "w_1", "w_2")}
-        return Stack(**cut, eps=self.eps)
+        return Stack(self.layers[:depth])
 
-    def layer(self, index: int, draw: int, norm_first: bool = False) -> attnref.EncoderLayer:
-        """Layer ``index`` of draw ``draw`` as an :class:`attnref.EncoderLayer` (the same numbers)."""
-        def pick(t: Tensor | None) -> Tensor | None:
-            return None if t is None else t[index, draw]
-        attention = MultiHeadWeights(w_q=pick(self.w_q), w_k=pick(self.w_k), w_v=pick(self.w_v), w_o=pick(self.w_o),
-                                     b_q=pick(self.b_q), b_k=pick(self.b_k), b_v=pick(self.b_v), b_o=pick(self.b_o))
-        d, d_ff = self.w_1.shape[-2:]
-        zeros = torch.zeros(d_ff, dtype=self.w_1.dtype), torch.zeros(d, dtype=self.w_1.dtype)
-        ffn = FeedForward(w_1=pick(self.w_1), b_1=zeros[0], w_2=pick(self.w_2), b_2=zeros[1])
-        norm = LayerNormParams.default(d, self.eps, self.w_1.dtype)
-        return attnref.EncoderLayer(attention=attention, norm_1=norm, ffn=ffn, norm_2=norm, norm_first=norm_first)
+    def layer(self, index: int, draw: int, norm_first: bool = False) -> EncoderLayer:
+        """Layer ``index`` of draw ``draw`` as one (unbatched) :class:`attnref.EncoderLayer`."""
+        return replace(select(self.layers[index], draw), norm_first=norm_first)
 
 
-# --- the batched layers -------------------------------------------------------------------------
-def self_attention(x: Tensor, w: dict[str, Tensor]) -> Tensor:
-    r"""Multi-head self-attention of ``B`` draws at once: ``x (B, n, d)`` with ``w`` one layer's
-    tensors of a :class:`Stack` (``w_q (B, h, d, d_k)`` …) → ``(B, n, d)``;
-    :math:`\mathrm{softmax}(Q_i K_i^\top/\sqrt{d_k})\,V_i` per head, concatenated, times :math:`W^O`."""
-    q = torch.einsum("bnd,bhdk->bhnk", x, w["w_q"])                  # (B, h, n, d_k)
-    k = torch.einsum("bnd,bhdk->bhnk", x, w["w_k"])                  # (B, h, n, d_k)
-    v = torch.einsum("bnd,bhdk->bhnk", x, w["w_v"])                  # (B, h, n, d_v)
-    if "b_q" in w:
-        q, k, v = q + w["b_q"][:, :, None], k + w["b_k"][:, :, None], v + w["b_v"][:, :, None]
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])         # (B, h, n, n)
-    heads = torch.softmax(scores, dim=-1) @ v                         # (B, h, n, d_v)
-    concatenated = heads.transpose(1, 2).flatten(-2)                  # (B, n, h·d_v), head-major
-    out = concatenated @ w["w_o"]                                     # (B, n, d)
-    return out + w["b_o"][:, None] if "b_o" in w else out
-
-
-def layer_norm(x: Tensor, eps: float = 1e-5) -> Tensor:
-    """LayerNorm over the last axis with γ = 1, β = 0 (its initialisation), ``(..., d)``."""
-    mean = x.mean(dim=-1, keepdim=True)
-    variance = ((x - mean) ** 2).mean(dim=-1, keepdim=True)           # biased, as torch
-    return (x - mean) / torch.sqrt(variance + eps)
-
-
-def feed_forward(x: Tensor, w: dict[str, Tensor]) -> Tensor:
-    """``ReLU(x W_1) W_2`` (zero biases at initialisation): ``x (B, n, d)`` → ``(B, n, d)``."""
-    return torch.relu(x @ w["w_1"]) @ w["w_2"]                       # (B, n, d_ff) -> (B, n, d)
-
-
-def post_ln(x: Tensor, w: dict[str, Tensor], eps: float = 1e-5) -> Tensor:
-    """The post-LN layer, ``y = LN(x + SA(x))``, ``z = LN(y + FFN(y))``."""
-    y = layer_norm(x + self_attention(x, w), eps)
-    return layer_norm(y + feed_forward(y, w), eps)
-
-
-def pre_ln(x: Tensor, w: dict[str, Tensor], eps: float = 1e-5, relu_after_sum: bool = False) -> Tensor:
-    """The pre-LN layer, ``y = x + SA(LN(x))``, ``z = y + FFN(LN(y))``; with ``relu_after_sum``
-    a ReLU after each residual sum, ``y = ReLU(x + SA(LN(x)))``, ``z = ReLU(y + FFN(LN(y)))``."""
-    act = torch.relu if relu_after_sum else (lambda t: t)
-    y = act(x + self_attention(layer_norm(x, eps), w))
-    return act(y + feed_forward(layer_norm(y, eps), w))
-
-
-_LAYERS: dict[str, Callable[[Tensor, dict, float], Tensor]] = {
-    "attention": lambda x, w, eps: self_attention(x, w),
-    "attention + skip": lambda x, w, eps: x + self_attention(x, w),
-    "attention + FFN": lambda x, w, eps: feed_forward(self_attention(x, w), w),
-    "attention + LayerNorm": lambda x, w, eps: layer_norm(self_attention(x, w), eps),
-    "post-LN": post_ln,
-    "pre-LN": pre_ln,
-    "pre-LN, ReLU after the sums": lambda x, w, eps: pre_ln(x, w, eps, relu_after_sum=True),
-}
-
-
-def layer_weights(stack: Stack, index: int, tensors: dict[str, Tensor] | None = None) -> dict[str, Tensor]:
-    """Layer ``index``'s tensors, ``(B, …)`` each (from ``tensors`` when given, e.g. leaves with gradients)."""
-    source = stack.tensors() if tensors is None else tensors
-    return {k: t[index] for k, t in source.items()}
-
-
-def run(x: Tensor, stack: Stack, variant: str, final_norm: bool = False,
-        tensors: dict[str, Tensor] | None = None) -> list[Tensor]:
-    """Apply the stack's layers in the named variant (:data:`VARIANTS`) to ``x (B, n, d)``.
+def run(x: Tensor, stack: Stack, variant: str, final_norm: bool = False) -> list[Tensor]:
+    """Apply the stack's layers in the named variant (:data:`attnref.blocks.VARIANTS`) to ``x (B, n, d)``
+    with :func:`attnref.stack_layers`.
 
     Returns the ``L + 1`` token matrices ``[x, x_1, …, x_L]``, each ``(B, n, d)``; with
     ``final_norm`` the last one is followed by a LayerNorm (the pre-LN Transformer's final
     LayerNorm, Xiong et al. 2020) and that normalised output is appended as well.
     """
-    if variant not in _LAYERS:
-        raise ValueError(f"unknown variant {variant!r}; known: {', '.join(_LAYERS)}")
-    hidden = [x]
-    for index in range(stack.depth):
-        hidden.append(_LAYERS[variant](hidden[-1], layer_weights(stack, index, tensors), stack.eps))
-    if final_norm:
-        hidden.append(layer_norm(hidden[-1], stack.eps))
-    return hidden
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
+    final = LayerNormParams(eps=stack.eps) if final_norm else None
+    result = attnref.stack_layers(x, weights=list(stack.layers), variant=variant, final_norm=final)
+    return list(result.trace.hidden) + ([result.output] if final_norm else [])
 
 
 # --- D1: the residual followed exactly, beyond float64's round-off floor ------------------------
@@ -239,7 +173,7 @@ def _scaled(function: Callable[[Tensor], Tensor], y: Tensor, t: Tensor) -> Tenso
 
 def collapse_recursion(x: Tensor, stack: Stack) -> Tensor:
     r"""``log r_l`` (natural log of :func:`relative_residual`) of a pure self-attention stack
-    (:func:`self_attention`, no biases) for ``l = 0, …, L``: ``x (B, n, d)`` → ``(L + 1, B)``.
+    (:func:`attnref.multi_head_attention`, no biases) for ``l = 0, …, L``: ``x (B, n, d)`` → ``(L + 1, B)``.
 
     The tokens are split as :math:`X = \mathbf 1 m^\top + e^{s} \hat R` with :math:`\hat R`
     centred (:math:`\mathbf 1^\top \hat R = 0`) and of unit norm. Per head, with
@@ -259,7 +193,7 @@ def collapse_recursion(x: Tensor, stack: Stack) -> Tensor:
     logarithm :math:`3s + \log\lVert\cdot\rVert`. Every step is exact algebra; the only
     approximation is :func:`_scaled`'s, below float64's precision.
     """
-    if stack.b_q is not None:
+    if stack.bias:
         raise ValueError("collapse_recursion follows attention without biases (Stack.random(bias=False))")
     mean = x.mean(dim=-2)                                             # (B, d)
     centred = x - mean[:, None]                                       # (B, n, d)
@@ -274,15 +208,15 @@ def collapse_recursion(x: Tensor, stack: Stack) -> Tensor:
 
     logs.append(log_ratio(mean, s))
     for index in range(stack.depth):
-        w = layer_weights(stack, index)
-        d_k = w["w_q"].shape[-1]
+        w = stack.layers[index].attention                           # (B, h, d, d_k), …
+        d_k = w.w_q.shape[-1]
         t = torch.exp(s)[:, None, None]                               # (B, 1, 1)
         t2 = torch.exp(2 * s)[:, None, None, None]                    # (B, 1, 1, 1)
-        q_m = torch.einsum("bd,bhdk->bhk", mean, w["w_q"])            # (B, h, d_k)
-        q_r = torch.einsum("bnd,bhdk->bhnk", r_hat, w["w_q"])         # (B, h, n, d_k)
-        k_r = torch.einsum("bnd,bhdk->bhnk", r_hat, w["w_k"])         # (B, h, n, d_k)
-        v_m = torch.einsum("bd,bhdk->bhk", mean, w["w_v"])            # (B, h, d_v)
-        v_r = torch.einsum("bnd,bhdk->bhnk", r_hat, w["w_v"])         # (B, h, n, d_v)
+        q_m = torch.einsum("bd,bhdk->bhk", mean, w.w_q)            # (B, h, d_k)
+        q_r = torch.einsum("bnd,bhdk->bhnk", r_hat, w.w_q)         # (B, h, n, d_k)
+        k_r = torch.einsum("bnd,bhdk->bhnk", r_hat, w.w_k)         # (B, h, n, d_k)
+        v_m = torch.einsum("bd,bhdk->bhk", mean, w.w_v)            # (B, h, d_v)
+        v_r = torch.einsum("bnd,bhdk->bhnk", r_hat, w.w_v)         # (B, h, n, d_v)
         a = torch.einsum("bhk,bhnk->bhn", q_m, k_r) / math.sqrt(d_k)  # (B, h, n): per key
         c_hat = q_r @ k_r.transpose(-1, -2) / math.sqrt(d_k)          # (B, h, n, n)
         p = torch.softmax(t * a, dim=-1)                              # (B, h, n)
@@ -292,8 +226,8 @@ def collapse_recursion(x: Tensor, stack: Stack) -> Tensor:
         g = e_hat @ v_r                                               # (B, h, n, d_v): Ê R̂ W_V
         head_mean = v_m + t * (p[:, :, None, :] @ v_r)[:, :, 0] + t * t2[..., 0] * g.mean(-2)   # (B, h, d_v)
         head_res = g - g.mean(dim=-2, keepdim=True)                   # (I − J) Ê R̂ W_V
-        mean = (head_mean.flatten(-2)[:, None] @ w["w_o"])[:, 0]      # (B, 1, h·d_v) @ (B, h·d_v, d) -> (B, d)
-        residual = head_res.transpose(1, 2).flatten(-2) @ w["w_o"]    # (B, n, d)
+        mean = (head_mean.flatten(-2)[:, None] @ w.w_o)[:, 0]      # (B, 1, h·d_v) @ (B, h·d_v, d) -> (B, d)
+        residual = head_res.transpose(1, 2).flatten(-2) @ w.w_o    # (B, n, d)
         norm = torch.linalg.matrix_norm(residual)                     # (B,)
         s = 3 * s + torch.log(norm)
         r_hat = residual / norm[:, None, None]
@@ -303,7 +237,7 @@ def collapse_recursion(x: Tensor, stack: Stack) -> Tensor:
 
 def skip_recursion(x: Tensor, stack: Stack, scale: float = 1.0) -> Tensor:
     r"""``log r_l`` (natural log of :func:`relative_residual`) of the stack
-    :math:`X \leftarrow X + c\,\mathrm{SA}(X)` (:func:`self_attention` without biases, branch
+    :math:`X \leftarrow X + c\,\mathrm{SA}(X)` (:func:`attnref.multi_head_attention` without biases, branch
     scale ``c = scale``) for ``l = 0, …, L``: ``x (B, n, d)`` → ``(L + 1, B)``.
 
     As in :func:`collapse_recursion`, :math:`X = \mathbf 1 m^\top + e^{s} \hat R` with
@@ -319,7 +253,7 @@ def skip_recursion(x: Tensor, stack: Stack, scale: float = 1.0) -> Tensor:
     scale is carried as the logarithm :math:`s`, so a residual far below float64's round-off floor
     relative to the mean token is still resolved. Every step is exact algebra.
     """
-    if stack.b_q is not None:
+    if stack.bias:
         raise ValueError("skip_recursion follows attention without biases (Stack.random(bias=False))")
     mean = x.mean(dim=-2)                                             # (B, d)
     centred = x - mean[:, None]                                       # (B, n, d)
@@ -332,38 +266,27 @@ def skip_recursion(x: Tensor, stack: Stack, scale: float = 1.0) -> Tensor:
 
     logs = [log_ratio(mean, s)]
     for index in range(stack.depth):
-        w = layer_weights(stack, index)
-        d_k = w["w_q"].shape[-1]
+        w = stack.layers[index].attention                           # (B, h, d, d_k), …
+        d_k = w.w_q.shape[-1]
         t = torch.exp(s)[:, None, None, None]                         # (B, 1, 1, 1)
-        q_m = torch.einsum("bd,bhdk->bhk", mean, w["w_q"])            # (B, h, d_k)
-        q_r = torch.einsum("bnd,bhdk->bhnk", r_hat, w["w_q"])         # (B, h, n, d_k)
-        k_r = torch.einsum("bnd,bhdk->bhnk", r_hat, w["w_k"])         # (B, h, n, d_k)
-        v_m = torch.einsum("bd,bhdk->bhk", mean, w["w_v"])            # (B, h, d_v)
-        v_r = torch.einsum("bnd,bhdk->bhnk", r_hat, w["w_v"])         # (B, h, n, d_v)
+        q_m = torch.einsum("bd,bhdk->bhk", mean, w.w_q)            # (B, h, d_k)
+        q_r = torch.einsum("bnd,bhdk->bhnk", r_hat, w.w_q)         # (B, h, n, d_k)
+        k_r = torch.einsum("bnd,bhdk->bhnk", r_hat, w.w_k)         # (B, h, n, d_k)
+        v_m = torch.einsum("bd,bhdk->bhk", mean, w.w_v)            # (B, h, d_v)
+        v_r = torch.einsum("bnd,bhdk->bhnk", r_hat, w.w_v)         # (B, h, n, d_v)
         a = torch.einsum("bhk,bhnk->bhn", q_m, k_r)[:, :, None] / math.sqrt(d_k)   # (B, h, 1, n)
         c_hat = q_r @ k_r.transpose(-1, -2) / math.sqrt(d_k)          # (B, h, n, n)
         p = torch.softmax(t * a + t * t * c_hat, dim=-1)              # (B, h, n, n)
         g = p @ v_r                                                   # (B, h, n, d_v): P R̂ W_V
         head_mean = v_m + t[..., 0] * g.mean(-2)                      # (B, h, d_v)
         head_res = g - g.mean(dim=-2, keepdim=True)                   # (I − J) P R̂ W_V
-        mean = mean + scale * (head_mean.flatten(-2)[:, None] @ w["w_o"])[:, 0]      # (B, d)
-        residual = r_hat + scale * (head_res.transpose(1, 2).flatten(-2) @ w["w_o"])  # (B, n, d)
+        mean = mean + scale * (head_mean.flatten(-2)[:, None] @ w.w_o)[:, 0]      # (B, d)
+        residual = r_hat + scale * (head_res.transpose(1, 2).flatten(-2) @ w.w_o)  # (B, n, d)
         norm = torch.linalg.matrix_norm(residual)                     # (B,)
         s = s + torch.log(norm)
         r_hat = residual / norm[:, None, None]
         logs.append(log_ratio(mean, s))
     return torch.stack(logs)
-
-
-def attention_entropy(x: Tensor, w: dict[str, Tensor]) -> Tensor:
-    r"""Mean entropy (nats) of the attention rows of one batched layer at ``x (B, n, d)``, over
-    heads and queries → ``(B,)``: :math:`\ln n` for uniform weights, 0 for one-hot rows."""
-    q = torch.einsum("bnd,bhdk->bhnk", x, w["w_q"])
-    k = torch.einsum("bnd,bhdk->bhnk", x, w["w_k"])
-    if "b_q" in w:
-        q, k = q + w["b_q"][:, :, None], k + w["b_k"][:, :, None]
-    logp = torch.log_softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), dim=-1)   # (B, h, n, n)
-    return -(logp.exp() * logp).sum(-1).mean(dim=(-1, -2))
 
 
 # --- D2: per-layer gradient norms -----------------------------------------------------------------
@@ -372,15 +295,23 @@ def layer_gradient_norms(x: Tensor, stack: Stack, variant: str, target: Tensor,
     r"""``‖∂ℓ/∂θ_l‖`` for every layer ``l`` and draw: the Euclidean norm of the gradient of the
     loss :math:`\ell = \tfrac12 \lVert Y - T\rVert_F^2` (per draw; ``Y`` the stack's output, after
     the final LayerNorm when ``final_norm``) with respect to all weight tensors of layer ``l``
-    together (only the tensors named in ``names``, e.g. ``("w_q", "w_k")``, when given).
+    together (only the tensors named in ``names``, e.g. ``("attention.w_q", "attention.w_k")``,
+    when given; names as :func:`attnref.layers.named_tensors` gives them).
     ``x, target (B, n, d)`` → ``(L, B)``."""
-    leaves = {k: t.detach().clone().requires_grad_() for k, t in stack.tensors().items()}
-    output = run(x, stack, variant, final_norm=final_norm, tensors=leaves)[-1]      # (B, n, d)
+    leaves = [{k: t.detach().clone().requires_grad_() for k, t in named_tensors(layer).items()}
+              for layer in stack.layers]
+    if names is not None and not set(names) <= set(leaves[0]):
+        raise ValueError(f"names must be among {sorted(leaves[0])}, got {names!r}")
+    trainable = Stack(tuple(replace_tensors(layer, leaf) for layer, leaf in zip(stack.layers, leaves)))
+    output = run(x, trainable, variant, final_norm=final_norm)[-1]                 # (B, n, d)
     loss = 0.5 * ((output - target) ** 2).sum()       # draws are independent: sum of their losses
-    grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)   # unused: the FFN's
-    # each gradient (L, B, …) -> squared norm per (layer, draw); a tensor the variant does not use has none
-    squares = sum(g.flatten(2).pow(2).sum(-1) for name, g in zip(leaves, grads)
-                  if g is not None and (names is None or name in names))
+    flat = [(l, name, t) for l, leaf in enumerate(leaves) for name, t in leaf.items()
+            if names is None or name in names]
+    grads = torch.autograd.grad(loss, [t for _, _, t in flat], allow_unused=True)   # unused: e.g. the FFN's
+    squares = torch.zeros(stack.depth, stack.draws, dtype=x.dtype, device=x.device)
+    for (l, _, _), g in zip(flat, grads):
+        if g is not None:                              # a tensor the variant does not use has none
+            squares[l] += g.flatten(1).pow(2).sum(-1)  # (B,): per draw
     return squares.sqrt()
 
 
