@@ -58,3 +58,30 @@ def test_the_kernel_paths_of_each_strict_pass_are_read_from_the_log() -> None:
     assert bench.kernel_paths_of(log) == ["AVX512 (9 notebooks; MKL_ENABLE_INSTRUCTIONS=unrestricted)",
                                           "DEFAULT (9 notebooks; MKL_ENABLE_INSTRUCTIONS=SSE4_2)"]
     assert bench.kernel_paths_of("no such line") == []
+
+
+def test_attnref_is_within_reach_of_torch() -> None:
+    """Issue 30 item 5: at n = 512, d_k = 64, float64, one thread, attnref's SDPA within 3× of
+    torch's F.scaled_dot_product_attention and its multi-head attention within 2× of
+    torch.nn.MultiheadAttention. Each ratio is the median over 9 rounds of back-to-back calls
+    (alternating which goes first), so load from other processes hits both sides of a ratio.
+
+    How it fails: attnref slower than the target in most rounds — e.g. the score pipeline
+    allocating a fresh (n, m) tensor per step and checking every score element by element again
+    (measured 1.8–3.3× on SDPA before the in-place path), or MHA validating per head more than it
+    computes. A machine so loaded that torch and attnref see different load in most rounds
+    could also fail it; a rerun on a quieter machine then passes."""
+    rows = bench.speed(rounds=9)
+    assert [row["name"] for row in rows] == [name for name, *_ in bench.speed_cases()]
+    failing = [f"{row['name']}: {row['ratio']} × > {row['target']} ×" for row in rows if not row["ok"]]
+    assert not failing, failing
+    assert all(row["ratio"] > 0 and row["attnref_ms"] > 0 and row["torch_ms"] > 0 for row in rows)
+
+
+def test_the_reproduce_page_shows_the_recorded_speed() -> None:
+    """The table the reproduce page includes is the report's speed rows, rendered."""
+    import json
+
+    report = json.loads(bench.REPORT.read_text(encoding="utf-8"))
+    assert bench.SPEED_TABLE.read_text(encoding="utf-8") == bench.speed_table(report["speed"]["cases"])
+    assert "```{include} _data/speed.md" in (ROOT / "book" / "reproduce.md").read_text(encoding="utf-8")

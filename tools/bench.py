@@ -17,9 +17,15 @@
    of ``make book``, into a temporary folder), each timed once, end to end; the per-file times
    of ``make test`` (its schedule uses them) and its worker time by kind (``test_breakdown``).
 
-Targets (2 cores): every notebook ≤ 10 s, the build ≤ 15 s, ``make test`` ≤ 2 × floor. The
-report also records the load average when the bench started: other processes on the machine
-inflate every number.
+4. attnref against torch (:func:`speed`): scaled dot-product attention and multi-head attention
+   at n = 512, d_k = 64, float64, one thread, each timed in alternation with torch's
+   ``F.scaled_dot_product_attention`` / ``torch.nn.MultiheadAttention``; the median over the
+   rounds of the per-round ratio. Written to the report and, as a table, to
+   ``book/_data/speed.md`` (included by the reproduce page).
+
+Targets (2 cores): every notebook ≤ 10 s, the build ≤ 15 s, ``make test`` ≤ 2 × floor, attnref's
+SDPA ≤ 3 × torch's and its multi-head attention ≤ 2 × torch's. The report also records the load
+average when the bench started: other processes on the machine inflate every number.
 """
 
 from __future__ import annotations
@@ -56,6 +62,82 @@ from attnref.analysis import symbolic as sym
 plotting.use_book_style()
 torch.set_default_dtype(torch.float64)"""
 TARGETS = {"notebook_seconds": 10.0, "build_seconds": 15.0, "test_over_floor": 2.0}
+SPEED_TABLE = ROOT / "book" / "_data" / "speed.md"
+SPEED_ROUNDS = 15
+
+
+def speed_cases(n: int = 512, d_k: int = 64, h: int = 8) -> list[tuple[str, object, object, float]]:
+    """(name, attnref's call, torch's call, target ratio) at ``n`` tokens, head width ``d_k``,
+    float64. Both sides return what they are asked for: attnref always returns its weights
+    (per head), torch's module its default ``need_weights=True`` (averaged over heads)."""
+    import torch
+    import attnref
+
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(n, d_k, generator=generator, dtype=torch.float64) for _ in range(3))
+    x = torch.randn(1, n, h * d_k, generator=generator, dtype=torch.float64)
+    weights = attnref.MultiHeadWeights.random(h * d_k, h, generator=generator)
+    module = weights.to_torch()
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    return [
+        ("scaled dot-product attention", lambda: attnref.scaled_dot_product_attention(q, k, v),
+         lambda: sdpa(q, k, v), 3.0),
+        ("scaled dot-product attention, causal", lambda: attnref.scaled_dot_product_attention(q, k, v, causal=True),
+         lambda: sdpa(q, k, v, is_causal=True), 3.0),
+        (f"multi-head attention (h = {h}, d = {h * d_k})", lambda: attnref.multi_head_attention(x, weights=weights),
+         lambda: module(x, x, x), 2.0),
+        (f"multi-head attention, packed (h = {h}, d = {h * d_k})",
+         lambda: attnref.multi_head_attention_packed(x, weights=weights), lambda: module(x, x, x), 2.0),
+    ]
+
+
+def speed(rounds: int = SPEED_ROUNDS, cases: list | None = None) -> list[dict]:
+    """attnref against torch, one thread, without autograd: every round times each case's two
+    calls back to back (alternating which goes first), so a burst of load from elsewhere hits
+    both; a row's ``ratio`` is the median over the rounds of attnref's time / torch's, its
+    times the medians. ``ok``: the ratio is within the case's target."""
+    import torch
+
+    cases = speed_cases() if cases is None else cases
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name, *_ in cases}
+    try:
+        with torch.no_grad():
+            for _, ours, theirs, _ in cases:            # warm-up: first calls allocate and dispatch
+                ours(), theirs()
+            for round_ in range(rounds):
+                for name, ours, theirs, _ in cases:
+                    pair = (ours, theirs) if round_ % 2 == 0 else (theirs, ours)
+                    seconds = []
+                    for call in pair:
+                        start = time.perf_counter()
+                        call()
+                        seconds.append(time.perf_counter() - start)
+                    if round_ % 2:
+                        seconds.reverse()
+                    times[name][0].append(seconds[0])
+                    times[name][1].append(seconds[1])
+    finally:
+        torch.set_num_threads(threads)
+    rows = []
+    for name, _, _, target in cases:
+        ours, theirs = times[name]
+        ratio = statistics.median(a / b for a, b in zip(ours, theirs))
+        rows.append({"name": name, "attnref_ms": round(statistics.median(ours) * 1e3, 2),
+                     "torch_ms": round(statistics.median(theirs) * 1e3, 2), "ratio": round(ratio, 2),
+                     "target": target, "ok": ratio <= target})
+    return rows
+
+
+def speed_table(rows: list[dict]) -> str:
+    """The rows of :func:`speed` as the markdown table the reproduce page includes."""
+    lines = ["| n = 512, d_k = 64, float64, one thread | attnref | torch | ratio (median of rounds) | target |",
+             "|---|---:|---:|---:|---:|"]
+    for row in rows:
+        lines.append(f"| {row['name']} | {row['attnref_ms']:.1f} ms | {row['torch_ms']:.1f} ms | "
+                     f"{row['ratio']:.2f} × | ≤ {row['target']:g} × {'✓' if row['ok'] else '✗'} |")
+    return "\n".join(lines) + "\n"
 
 
 def run_notebook(nb: nbformat.NotebookNode, path: Path) -> dict:
@@ -189,6 +271,19 @@ def kernel_paths_of(log: str) -> list[str]:
     return [line.split(prefix, 1)[1].strip() for line in log.splitlines() if prefix in line]
 
 
+def speed_only(output: Path) -> int:
+    """``--speed-only``: the speed rows (and the load average they ran under) into the existing report."""
+    load = os.getloadavg()
+    rows = speed()
+    report = json.loads(output.read_text(encoding="utf-8")) if output.exists() else {}
+    report["speed"] = {"rounds": SPEED_ROUNDS, "cases": rows, "load_average": [round(x, 2) for x in load]}
+    report.setdefault("targets", {})["attnref SDPA <= 3 x torch, MHA <= 2 x torch"] = all(r["ok"] for r in rows)
+    output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    SPEED_TABLE.write_text(speed_table(rows), encoding="utf-8")
+    print(speed_table(rows), end="")
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-test", action="store_true", help="do not time `make test`")
@@ -196,13 +291,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3,
                         help="runs of every notebook and start-up measurements (the median is reported)")
     parser.add_argument("--output", type=Path, default=REPORT)
+    parser.add_argument("--speed-only", action="store_true",
+                        help="measure attnref against torch only; update that part of the report and the table")
     args = parser.parse_args(argv)
+    if args.speed_only:
+        return speed_only(args.output)
 
     load = os.getloadavg()
     cores = os.cpu_count() or 1
     kernel_environment()
     print(f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {cores} cores", flush=True)
 
+    speed_rows = speed()
+    for row in speed_rows:
+        print(f"{row['name']:48s} attnref {row['attnref_ms']:7.1f} ms  torch {row['torch_ms']:7.1f} ms  "
+              f"ratio {row['ratio']:.2f} (target ≤ {row['target']:g})", flush=True)
     rows = notebooks(args.repeat)
     kernel_start, import_cell = startup(args.repeat)
     with_code = sum(1 for r in rows if r["status"] != "no code cells")
@@ -254,14 +357,18 @@ def main(argv: list[str] | None = None) -> int:
         # the CPU kernel paths of torch (and MKL's cap) each strict pass of `make test` ran under
         "cpu_kernel_paths": kernel_paths,
         "load_average": [round(x, 2) for x in load],
+        # attnref against torch at n = 512, d_k = 64, float64, one thread (see speed())
+        "speed": {"rounds": SPEED_ROUNDS, "cases": speed_rows, "load_average": [round(x, 2) for x in load]},
         "test_status": test_status,
         "build_status": build_status,
         "targets": {
             "every notebook <= 10 s": slowest <= TARGETS["notebook_seconds"],
             "build <= 15 s": None if build_seconds is None else build_seconds <= TARGETS["build_seconds"],
             "make test <= 2 x floor": None if test_seconds is None else test_seconds <= TARGETS["test_over_floor"] * floor,
+            "attnref SDPA <= 3 x torch, MHA <= 2 x torch": all(row["ok"] for row in speed_rows),
         },
     }
+    SPEED_TABLE.write_text(speed_table(speed_rows), encoding="utf-8")
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {args.output.relative_to(ROOT) if args.output.is_relative_to(ROOT) else args.output}; "
