@@ -96,8 +96,7 @@ def cosine_max_weight_bound(m: int, beta: float = 1.0) -> float:
     against it (logit :math:`-\beta`). The right-hand form cannot overflow.
     """
     check.positive_int("m", m)
-    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not math.isfinite(beta) or beta < 0:
-        raise ValueError(f"beta must be a finite number ≥ 0, got {beta!r}")
+    beta = float(check.real_number("beta", beta, nonnegative=True))
     others = (m - 1) * math.exp(-2.0 * beta)     # (m − 1) e^{−2β}
     return 1.0 / (1.0 + others)
 
@@ -146,8 +145,7 @@ def top_two_gap_density(m: int, gap: float = 0.0, points: int = 40001) -> float:
     check.positive_int("m", m)
     if m < 2:
         raise ValueError(f"a gap between the two largest needs m ≥ 2, got {m}")
-    if isinstance(gap, bool) or not isinstance(gap, (int, float)) or not math.isfinite(gap) or gap < 0:
-        raise ValueError(f"gap must be a finite number ≥ 0, got {gap!r}")
+    gap = float(check.real_number("gap", gap, nonnegative=True))
     x = torch.linspace(-12.0, 12.0 + gap, points, dtype=torch.float64)
     phi = torch.exp(-x * x / 2) / math.sqrt(2 * math.pi)                     # φ(x)
     shifted = x - gap
@@ -260,8 +258,9 @@ def soft_cap(scores: Tensor, cap: float) -> Tensor:
     logits is kept), :math:`c\tanh(s/c) = s - s^3/(3c^2) + O(s^5)` near 0, and bounded by ``cap`` in
     absolute value: the logits of a row differ by less than :math:`2c`."""
     check.floating("scores", scores)
-    if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not math.isfinite(cap) or cap <= 0:
-        raise ValueError(f"cap must be a finite number > 0, got {cap!r}")
+    cap = float(check.real_number("cap", cap))
+    if cap <= 0:
+        raise ValueError(f"cap must be > 0, got {cap!r}")
     return cap * torch.tanh(scores / cap)                     # c tanh(s/c)
 
 
