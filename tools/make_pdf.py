@@ -94,7 +94,14 @@ FIT_COLUMN = """([minZoom, pageHeight]) => {
     const box = el.getBoundingClientRect();
     // An inline formula moves to a line of its own before it sticks out: it must fit the column.
     const inline = el.tagName === 'MJX-CONTAINER' && el.getAttribute('display') !== 'true';
-    const room = inline ? article.clientWidth : right() - 2 - box.left;
+    // (the width of the block it sits in: a table cell or a fold in one clips what sticks out)
+    let block = el.parentElement;
+    while (block !== article && ['inline', 'inline-block', 'contents'].includes(getComputedStyle(block).display)) {
+      block = block.parentElement;
+    }
+    const style = getComputedStyle(block);
+    const blockRoom = block.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    const room = inline ? Math.min(article.clientWidth, blockRoom) : right() - 2 - box.left;
     if (inline && box.width <= room) continue;
     const need = Math.max(el.scrollWidth, box.width);
     if (need > room + 1 && room > 0) {
