@@ -52,6 +52,9 @@ The attention math is at the top of the package; everything else has its own pla
                      stores about the decoder)
 ``models/``          trained models rebuilt from attnref's parts, e.g. ``minilm`` (all-MiniLM-L6-v2),
                      ``smollm`` (SmolLM2-135M); imported on demand only
+``training/``        chapter 8's controlled experiments: seeded synthetic ``tasks``, tiny ``models``
+                     built from attnref's parts, a deterministic CPU loop ``train``, the ``experiments``
+                     that ``make experiments`` runs (imported on demand only)
 ``book/``            the book's plumbing: ``claims`` (registry, evidence, verdicts), ``seeding``
                      (the one seeded source of randomness, ``ATTNREF_SEED``), ``plotting``
 
