@@ -224,8 +224,9 @@ def mask(value: Tensor, scores_shape: tuple[int, ...], dtype: torch.dtype, devic
     scores_shape = tuple(scores_shape)
     if broadcast_shapes(tuple(value.shape), scores_shape) != scores_shape:
         raise ValueError(f"{name} of shape {shape_of(value)} does not broadcast to {shape_name} = {scores_shape}")
-    if value.dtype != torch.bool and has_values(value):
-        if torch.isnan(value).any() or torch.isposinf(value).any():
+    if value.dtype != torch.bool and has_values(value) and value.numel() > 0:
+        largest = value.amax()            # one reduction: NaN if any entry is NaN, +inf if any is +inf
+        if bool(torch.isnan(largest)) or bool(largest == float("inf")):
             raise ValueError(f"additive {name} of shape {shape_of(value)} contains NaN or +inf")
     return value
 
