@@ -19,18 +19,28 @@ store ``(out, in)``: the loaders transpose.)
 Grouped-query attention has :math:`h` query heads and :math:`h_{kv}` key/value heads
 (:math:`h_{kv}` divides :math:`h`); query head :math:`i` uses key/value head
 :math:`\lfloor i / (h / h_{kv}) \rfloor`. Queries and keys are rotated (:mod:`attnref.rope`)
-before the scaled dot product, and a causal mask lets token :math:`i` see tokens :math:`j \le i`.
+before the scaled dot product; with ``causal=True`` (as the decoder runs) token :math:`i` sees
+tokens :math:`j \le i`.
+
+The call shape is the package's: ``f(x, *, weights, config, positions=None, mask=None,
+key_mask=None, causal=False)`` (``causal`` defaults to False here as everywhere; a decoder
+passes ``causal=True``), and the result an :class:`~attnref.attention.AttentionResult`:
+grouped-query attention's ``trace`` is a :class:`GroupedQueryTrace` (queries and keys before and
+after rotation), the block's a :class:`attnref.blocks.LayerTrace` (the block is assembled by
+:func:`attnref.blocks.residual_block`, the one place residual layers are put together).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import NamedTuple
 
 import torch
 
 from attnref import _validate as check
 from attnref import rope
-from attnref.attention import scaled_dot_product_attention
+from attnref.attention import AttentionResult, scaled_dot_product_attention
+from attnref.blocks import PRE_LN, residual_block
 
 Tensor = torch.Tensor
 
@@ -91,10 +101,12 @@ def swiglu(x: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
     return output
 
 
-@dataclass
+@dataclass(frozen=True)
 class DecoderLayerWeights:
-    """One pre-norm decoder block. Projections are ``(in, out)``: ``w_q`` is ``(d, h·d_k)``,
-    ``w_k`` and ``w_v`` are ``(d, h_kv·d_k)``, ``w_o`` is ``(h·d_k, d)``."""
+    """One pre-norm decoder block, validated on construction (one layer: no batch axes).
+    Projections are ``(in, out)``: ``w_q`` is ``(d, h·d_k)``, ``w_k`` and ``w_v`` are
+    ``(d, h_kv·d_k)``, ``w_o`` is ``(h·d_k, d)``; every tensor finite, of one floating dtype and
+    device. (``h``, ``h_kv`` and ``d_k`` are the :class:`DecoderConfig`'s, checked when the block runs.)"""
 
     attention_norm: Tensor     # (d,)   gain of the RMSNorm before attention
     w_q: Tensor                # (d, h·d_k)
@@ -106,9 +118,26 @@ class DecoderLayerWeights:
     w_up: Tensor               # (d, d_ff)
     w_down: Tensor             # (d_ff, d)
 
-    def to(self, *args, **kwargs) -> "DecoderLayerWeights":
-        """A copy with every tensor moved/cast like ``Tensor.to(*args, **kwargs)``."""
-        return DecoderLayerWeights(**{f.name: getattr(self, f.name).to(*args, **kwargs) for f in fields(self)})
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            check.floating(f.name, getattr(self, f.name), exact_dim=1 if f.name.endswith("norm") else 2)
+        check.same_dtype(**{f.name: getattr(self, f.name) for f in fields(self)})
+        d, q_width = self.w_q.shape
+        kv_width, d_ff = self.w_k.shape[1], self.w_gate.shape[1]
+        expected = {"attention_norm": (d,), "ffn_norm": (d,), "w_k": (d, kv_width), "w_v": (d, kv_width),
+                    "w_o": (q_width, d), "w_gate": (d, d_ff), "w_up": (d, d_ff), "w_down": (d_ff, d)}
+        for name, shape in expected.items():
+            if tuple(getattr(self, name).shape) != shape:
+                raise ValueError(f"{name} has shape {check.shape_of(getattr(self, name))}, expected {shape} for "
+                                 f"w_q (d = {d}, h·d_k = {q_width}), w_k (d, h_kv·d_k = {kv_width}) and "
+                                 f"w_gate (d, d_ff = {d_ff})")
+
+    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> "DecoderLayerWeights":
+        """The same weights on another device and/or in another floating dtype."""
+        if dtype is not None:
+            check.floating_dtype("dtype", dtype)
+        return DecoderLayerWeights(**{f.name: getattr(self, f.name).to(device=device, dtype=dtype)
+                                      for f in fields(self)})
 
 
 @dataclass(frozen=True)
@@ -130,28 +159,28 @@ class DecoderConfig:
             raise ValueError(f"h_kv must divide h, got h = {self.h}, h_kv = {self.h_kv}")
 
 
-@dataclass
-class AttentionTrace:
-    """What one grouped-query attention computed, for a reader to inspect."""
+class GroupedQueryTrace(NamedTuple):
+    """What grouped-query attention computed besides its output and weights (its result's ``trace``)."""
 
-    output: Tensor             # (..., n, d)      after the output projection
-    weights: Tensor            # (..., h, n, n)   softmax weights
     query: Tensor              # (..., h, n, d_k) before rotation
     key: Tensor                # (..., h_kv, n, d_k) before rotation
     rotated_query: Tensor      # (..., h, n, d_k)
     rotated_key: Tensor        # (..., h_kv, n, d_k)
 
 
-def grouped_query_attention(x: Tensor, layer: DecoderLayerWeights, config: DecoderConfig,
-                            positions: Tensor | None = None, key_mask: Tensor | None = None,
-                            causal: bool = True) -> AttentionTrace:
-    r"""Causal grouped-query attention with rotary positions, on normalised inputs ``x`` (..., n, d).
+def grouped_query_attention(x: Tensor, *, weights: DecoderLayerWeights, config: DecoderConfig,
+                            positions: Tensor | None = None, mask: Tensor | None = None,
+                            key_mask: Tensor | None = None, causal: bool = False) -> AttentionResult:
+    r"""Grouped-query attention with rotary positions, on normalised inputs ``x`` (..., n, d).
 
+    ``causal=True`` for a decoder (token ``i`` sees ``j ≤ i``); ``mask`` (boolean, True = may
+    attend, or additive) broadcasts to the scores ``(..., n, n)`` and is shared by every head;
     ``key_mask`` (..., n) bool: ``True`` = a real token (padding keys get weight 0).
     ``positions`` default to ``0 … n−1``; float16/bfloat16 inputs are rotated with float64
     tables (:func:`attnref.rope.rotate`) and attended in float32, results in the input dtype.
     """
-    check.instance("layer", layer, DecoderLayerWeights)
+    check.instance("weights", weights, DecoderLayerWeights)
+    layer = weights
     check.instance("config", config, DecoderConfig)
     check.floating("x", x, min_dim=2)
     if x.shape[-1] != config.d:
@@ -184,33 +213,34 @@ def grouped_query_attention(x: Tensor, layer: DecoderLayerWeights, config: Decod
     if key_mask is not None:                                             # (..., n) -> every head's keys (..., h, n)
         check.key_mask(key_mask, "x", x)
         head_keys = key_mask.unsqueeze(-2).expand(*key_mask.shape[:-1], h, n)
-    heads = scaled_dot_product_attention(q_rot, k_shared, v_shared, causal=causal, key_mask=head_keys)
+    if mask is not None:                                                 # (..., n, n), the same for every head
+        check.mask(mask, tuple(x.shape[:-2]) + (n, n), x.dtype, x.device)
+        mask = mask.unsqueeze(-3) if mask.dim() >= 3 else mask           # (..., 1, n, n)
+    heads = scaled_dot_product_attention(q_rot, k_shared, v_shared, mask=mask, causal=causal, key_mask=head_keys)
     concatenated = heads.output.transpose(-3, -2).flatten(-2)            # (..., h, n, d_k) -> (..., n, h·d_k)
-    return AttentionTrace(concatenated @ layer.w_o, heads.weights, q, k, q_rot, k_rot)
+    return AttentionResult(concatenated @ layer.w_o, heads.weights,
+                           trace=GroupedQueryTrace(q, k, q_rot, k_rot))
 
 
-@dataclass
-class BlockTrace:
-    """What one pre-norm block computed: its output and the two updates it added to the stream."""
-
-    output: Tensor             # (..., n, d)  z = x + attention update + FFN update
-    attention_update: Tensor   # (..., n, d)
-    ffn_update: Tensor         # (..., n, d)
-    attention: AttentionTrace
-
-
-def decoder_block(x: Tensor, layer: DecoderLayerWeights, config: DecoderConfig,
-                  positions: Tensor | None = None, key_mask: Tensor | None = None) -> BlockTrace:
+def decoder_block(x: Tensor, *, weights: DecoderLayerWeights, config: DecoderConfig,
+                  positions: Tensor | None = None, mask: Tensor | None = None, key_mask: Tensor | None = None,
+                  causal: bool = False) -> AttentionResult:
     r"""Pre-norm block: :math:`y = x + \operatorname{GQA}(\operatorname{RMSNorm}(x))`,
-    :math:`z = y + \operatorname{SwiGLU}(\operatorname{RMSNorm}(y))`."""
-    check.instance("layer", layer, DecoderLayerWeights)
+    :math:`z = y + \operatorname{SwiGLU}(\operatorname{RMSNorm}(y))` (:func:`attnref.blocks.residual_block`
+    in the pre-LN variant). ``causal=True`` for a decoder. Returns ``z``, the attention weights
+    ``(..., h, n, n)`` and a :class:`attnref.blocks.LayerTrace` (its ``attention`` is
+    grouped-query attention's result, with a :class:`GroupedQueryTrace`)."""
+    check.instance("weights", weights, DecoderLayerWeights)
     check.instance("config", config, DecoderConfig)
     check.floating("x", x, min_dim=2)
     if x.shape[-1] != config.d:
         raise ValueError(f"x must have width d = {config.d}, got shape {tuple(x.shape)}")
     # the FFN weights are checked once, by swiglu (their shapes against x's width d)
-    attention = grouped_query_attention(_rms_norm(x, layer.attention_norm, config.eps, "attention_norm"), layer,
-                                        config, positions, key_mask)
-    y = x + attention.output                                             # the residual stream: nothing nonlinear on it
-    ffn = swiglu(_rms_norm(y, layer.ffn_norm, config.eps, "ffn_norm"), layer.w_gate, layer.w_up, layer.w_down)
-    return BlockTrace(y + ffn, attention.output, ffn, attention)
+    return residual_block(
+        x,
+        attention=lambda t: grouped_query_attention(t, weights=weights, config=config, positions=positions,
+                                                    mask=mask, key_mask=key_mask, causal=causal),
+        ffn=lambda t: swiglu(t, weights.w_gate, weights.w_up, weights.w_down),
+        norm_1=lambda t: _rms_norm(t, weights.attention_norm, config.eps, "attention_norm"),
+        norm_2=lambda t: _rms_norm(t, weights.ffn_norm, config.eps, "ffn_norm"),
+        variant=PRE_LN)

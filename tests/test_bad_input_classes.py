@@ -4,6 +4,7 @@ and a property test throws random wrong types and shapes at the public API."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -110,10 +111,10 @@ def test_swiglu_with_mixed_dtypes():
 
 def test_grouped_query_attention_with_a_dict_layer():
     config, _ = decoder_parts()
-    with pytest.raises(ValueError, match="layer must be DecoderLayerWeights, got dict"):
-        decoder.grouped_query_attention(t(3, 8), {}, config)
+    with pytest.raises(ValueError, match="weights must be DecoderLayerWeights, got dict"):
+        decoder.grouped_query_attention(t(3, 8), weights={}, config=config)
     with pytest.raises(ValueError, match="config must be DecoderConfig, got dict"):
-        decoder.decoder_block(t(3, 8), decoder_parts()[1], {})
+        decoder.decoder_block(t(3, 8), weights=decoder_parts()[1], config={})
 
 
 # --- silent nonsense becomes a ValueError or a documented result ------------------------------------
@@ -227,14 +228,13 @@ def test_layer_errors_name_x_not_query():
 
 
 def test_decoder_block_names_ffn_norm_not_gain():
-    config, layer = decoder_parts()
-    layer.ffn_norm = t(5)
+    config, layer = decoder_parts()     # the weights are frozen and validated when built
+    with pytest.raises(ValueError, match=r"ffn_norm has shape \(5,\), expected \(8,\)"):
+        dataclasses.replace(layer, ffn_norm=t(5))
+    with pytest.raises(ValueError, match=r"attention_norm has shape \(5,\), expected \(8,\)"):
+        dataclasses.replace(layer, attention_norm=t(5))
     with pytest.raises(ValueError, match=r"ffn_norm has shape \(5,\), expected \(8,\) for x"):
-        decoder.decoder_block(r(0, 3, 8), layer, config)
-    config, layer = decoder_parts()
-    layer.attention_norm = t(5)
-    with pytest.raises(ValueError, match=r"attention_norm has shape \(5,\)"):
-        decoder.decoder_block(r(0, 3, 8), layer, config)
+        decoder._rms_norm(r(0, 3, 8), t(5), 1e-6, "ffn_norm")   # the name reaches the norm's own check
 
 
 def test_trainable_layer_names_weights_not_layer():
@@ -297,9 +297,10 @@ def _valid_calls():
         ("rope_matrix", rope.rotation_matrix, [2, 4], {"base": 10000.0}),
         ("rms_norm", decoder.rms_norm, [x], {"gain": None, "eps": 1e-6}),
         ("swiglu", decoder.swiglu, [x, layer.w_gate, layer.w_up, layer.w_down], {}),
-        ("gqa", decoder.grouped_query_attention, [x, layer, config], {"positions": None, "key_mask": None,
-                                                                       "causal": True}),
-        ("decoder_block", decoder.decoder_block, [x, layer, config], {"positions": None}),
+        ("gqa", decoder.grouped_query_attention, [x], {"weights": layer, "config": config, "positions": None,
+                                                        "key_mask": None, "causal": True}),
+        ("decoder_block", decoder.decoder_block, [x], {"weights": layer, "config": config, "positions": None,
+                                                       "mask": None, "causal": True}),
     ]
 
 

@@ -43,9 +43,9 @@ def test_query_head_i_uses_kv_head_i_over_group(h, h_kv):
     """transformers' repeat_kv: query head i reads key/value head i // (h / h_kv)."""
     config, layer = parts(h=h, h_kv=h_kv)
     x, n, d_k = r(0, 5, 8), 5, config.d_k
-    trace = decoder.grouped_query_attention(x, layer, config)
-    q = trace.rotated_query                                           # (h, n, d_k)
-    k = trace.rotated_key                                             # (h_kv, n, d_k)
+    trace = decoder.grouped_query_attention(x, weights=layer, config=config, causal=True)
+    q = trace.trace.rotated_query                                     # (h, n, d_k)
+    k = trace.trace.rotated_key                                       # (h_kv, n, d_k)
     v = (x @ layer.w_v).reshape(n, h_kv, d_k).transpose(0, 1)         # (h_kv, n, d_k)
     heads = []
     for i in range(h):
@@ -87,16 +87,48 @@ def test_rope_matches_a_per_position_rotation_loop(d_k, base):
 def test_decoder_block_is_its_parts():
     config, layer = parts()
     x = r(8, 2, 5, 8)
-    block = decoder.decoder_block(x, layer, config)
+    block = decoder.decoder_block(x, weights=layer, config=config, causal=True)
     module = torch.nn.RMSNorm(8, eps=config.eps, dtype=torch.float64)
     with torch.no_grad():
         module.weight.copy_(layer.attention_norm)
-    attention = decoder.grouped_query_attention(module(x), layer, config).output
+    attention = decoder.grouped_query_attention(module(x), weights=layer, config=config, causal=True).output
     y = x + attention
     with torch.no_grad():
         module.weight.copy_(layer.ffn_norm)
     z = y + decoder.swiglu(module(y), layer.w_gate, layer.w_up, layer.w_down)
     assert torch.allclose(block.output, z, atol=1e-12)
+    assert torch.allclose(block.trace.hidden, y, atol=1e-12) and torch.equal(block.trace.attention_update,
+                                                                              block.trace.attention.output)
+
+
+def test_decoder_weights_are_frozen_validated_and_move():
+    import dataclasses
+    config, layer = parts()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        layer.w_q = layer.w_k
+    with pytest.raises(ValueError, match=r"w_o has shape \(8, 8\), expected \(16, 8\)"):
+        dataclasses.replace(layer, w_o=r(0, 8, 8))
+    with pytest.raises(ValueError, match=r"w_up has shape \(8, 5\), expected \(8, 12\)"):
+        dataclasses.replace(layer, w_up=r(0, 8, 5))
+    with pytest.raises(ValueError, match="contains NaN"):
+        dataclasses.replace(layer, ffn_norm=torch.full((8,), float("nan"), dtype=torch.float64))
+    with pytest.raises(ValueError, match="share one dtype"):
+        dataclasses.replace(layer, w_gate=layer.w_gate.float())
+    assert layer.to(dtype=torch.float32).w_down.dtype == torch.float32
+
+
+def test_decoder_causal_is_a_keyword_defaulting_to_false():
+    """The package's call shape: causal=False by default (bidirectional), True for a decoder."""
+    config, layer = parts()
+    x = r(9, 5, 8)
+    both = decoder.grouped_query_attention(x, weights=layer, config=config)
+    causal = decoder.grouped_query_attention(x, weights=layer, config=config, causal=True)
+    assert (both.weights.triu(1) > 0).any() and torch.equal(causal.weights.triu(1), torch.zeros_like(causal.weights))
+    tril = torch.ones(5, 5, dtype=torch.bool).tril()
+    masked = decoder.grouped_query_attention(x, weights=layer, config=config, mask=tril)
+    assert torch.allclose(masked.output, causal.output, atol=1e-13)
+    with pytest.raises(TypeError):
+        decoder.grouped_query_attention(x, layer, config)
 
 
 def test_swiglu_refuses_an_output_that_overflows_to_inf_and_a_w_down_of_the_wrong_width():

@@ -174,9 +174,10 @@ def test_grouped_query_attention_positions_beyond_2048_in_float16():
                                                                ("ffn_norm", (8,)), ("w_gate", (8, 12)),
                                                                ("w_up", (8, 12)), ("w_down", (12, 8)))})
     x = torch.randn(1, 2100, 8, generator=g, dtype=torch.float64).to(torch.float16)
-    ours = decoder.grouped_query_attention(x, layer.to(torch.float16), config).rotated_key
-    reference = decoder.grouped_query_attention(x.double(), layer.to(torch.float16).to(torch.float64),
-                                                config).rotated_key
+    ours = decoder.grouped_query_attention(x, weights=layer.to(dtype=torch.float16), config=config,
+                                           causal=True).trace.rotated_key
+    reference = decoder.grouped_query_attention(x.double(), weights=layer.to(dtype=torch.float16).to(dtype=torch.float64),
+                                                config=config, causal=True).trace.rotated_key
     assert (ours.double() - reference).abs().max() <= 2 * torch.finfo(torch.float16).eps * reference.abs().max()
 
 

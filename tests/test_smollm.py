@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -89,7 +90,7 @@ def test_block_equals_transformers_llama_decoder_layer_outputs_and_gradients():
     cos, sin = rope.cos_sin(positions, 8, 1000.0)                        # float64 tables, (n, d_k)
     theirs = layer(x, attention_mask=causal_additive_mask(n), position_embeddings=(cos[None], sin[None]))
     theirs = theirs[0] if isinstance(theirs, tuple) else theirs
-    ours = decoder.decoder_block(x, attnref_weights(layer), ours_config).output
+    ours = decoder.decoder_block(x, weights=attnref_weights(layer), config=ours_config, causal=True).output
     assert (ours - theirs).abs().max() < 1e-12 * theirs.abs().max()
     upstream = torch.randn(ours.shape, generator=generator, dtype=torch.float64)
     grad_ours, = torch.autograd.grad((ours * upstream).sum(), x)
@@ -103,14 +104,14 @@ def test_grouped_query_attention_shares_key_heads_and_is_causal():
     weights = attnref_weights(random_layer(config, generator))
     ours_config = decoder.DecoderConfig(d=32, h=4, h_kv=2, d_k=8, rope_base=1000.0, eps=1e-6)
     x = torch.randn(6, 32, generator=generator, dtype=torch.float64)
-    trace = decoder.grouped_query_attention(x, weights, ours_config)
-    assert trace.weights.shape == (4, 6, 6) and trace.rotated_key.shape == (2, 6, 8)
+    trace = decoder.grouped_query_attention(x, weights=weights, config=ours_config, causal=True)
+    assert trace.weights.shape == (4, 6, 6) and trace.trace.rotated_key.shape == (2, 6, 8)
     assert torch.equal(trace.weights.triu(1), torch.zeros_like(trace.weights))         # no weight on the future
     assert torch.allclose(trace.weights.sum(-1), torch.ones(4, 6, dtype=torch.float64))
     # changing a later token does not change earlier outputs
     later = x.clone()
     later[4:] += 1.0
-    changed = decoder.grouped_query_attention(later, weights, ours_config).output
+    changed = decoder.grouped_query_attention(later, weights=weights, config=ours_config, causal=True).output
     assert (changed[:4] - trace.output[:4]).abs().max() < 1e-13
     assert (changed[4:] - trace.output[4:]).abs().max() > 1e-3
 
@@ -134,11 +135,16 @@ def _layer(w_q: int = 16) -> decoder.DecoderLayerWeights:
     (lambda: decoder.rms_norm(torch.ones(3, 4), eps=True), "eps must be a real number"),
     (lambda: decoder.rms_norm(torch.ones(3, 4, dtype=torch.float64), torch.ones(4)), "share one dtype"),
     (lambda: decoder.DecoderConfig(d=8, h=2, h_kv=0, d_k=4), "h_kv must be a positive int"),
-    (lambda: decoder.grouped_query_attention(torch.ones(6, 32, dtype=torch.float64), _layer(w_q=32),
-                                             CONFIG), r"w_q has shape \(32, 32\), expected \(32, 16\)"),
-    (lambda: decoder.grouped_query_attention(torch.ones(6, 32, dtype=torch.float64), _layer(), CONFIG,
+    (lambda: decoder.grouped_query_attention(torch.ones(6, 32, dtype=torch.float64), weights=_layer(w_q=32),
+                                             config=CONFIG), r"w_o has shape \(16, 32\), expected \(32, 32\)"),
+    (lambda: decoder.grouped_query_attention(torch.ones(6, 32, dtype=torch.float64),
+                                             weights=dataclasses.replace(_layer(), w_q=torch.ones(32, 16,
+                                                                         dtype=torch.float64) * 2),
+                                             config=dataclasses.replace(CONFIG, h=1, h_kv=1)),
+     r"w_q has shape \(32, 16\), expected \(32, 8\)"),
+    (lambda: decoder.grouped_query_attention(torch.ones(6, 32, dtype=torch.float64), weights=_layer(), config=CONFIG,
                                              positions=3), "positions must be a tensor"),
-    (lambda: decoder.grouped_query_attention(torch.ones(6, 32, dtype=torch.float64), _layer(), CONFIG,
+    (lambda: decoder.grouped_query_attention(torch.ones(6, 32, dtype=torch.float64), weights=_layer(), config=CONFIG,
                                              key_mask=[True] * 6), "key_mask must be a boolean tensor"),
     (lambda: decoder.swiglu(torch.ones(3, 4), torch.ones(4, 6), torch.ones(4, 5), torch.ones(6, 4)), "same shape"),
     (lambda: decoder.DecoderConfig(d=8, h=3, h_kv=2, d_k=2), "h_kv must divide h"),

@@ -257,10 +257,10 @@ def _sums_for_sentence(model, ids: Tensor, attention_only: bool = True, units: l
         out["ln_dev"][l] = (plain.norm(dim=-1) / math.sqrt(c.d) - 1).abs().max()
         norms = normalised.double().norm(dim=-1)
         out["ln_norm"][l], out["ln_norm_sq"][l] = norms.sum(), norms.pow(2).sum()
-        trace = decoder_block(x, layer, c)
-        att = trace.attention
-        q, k = att.query.double(), att.key.double()                                         # (h, n, d_k), (h_kv, n, d_k)
-        q_rot, k_rot = att.rotated_query.double(), att.rotated_key.double()
+        block = decoder_block(x, weights=layer, config=c, causal=True)
+        trace, att = block.trace, block.trace.attention
+        q, k = att.trace.query.double(), att.trace.key.double()                             # (h, n, d_k), (h_kv, n, d_k)
+        q_rot, k_rot = att.trace.rotated_query.double(), att.trace.rotated_key.double()
         group = c.h // c.h_kv
         k_shared, k_rot_shared = k.repeat_interleave(group, 0), k_rot.repeat_interleave(group, 0)
         for name, a, b in (("within_pre", q, k_shared), ("within_post", q_rot, k_rot_shared)):
@@ -284,12 +284,12 @@ def _sums_for_sentence(model, ids: Tensor, attention_only: bool = True, units: l
         value = (normalised @ layer.w_v).double().unflatten(-1, (c.h_kv, c.d_k)).transpose(0, 1)  # (h_kv, n, d_k)
         value_norms = value.norm(dim=-1)                                                   # (h_kv, n)
         out["value_first_norm"][l], out["value_other_norm"][l] = value_norms[:, 0], value_norms[:, 1:].sum(-1)
-        x = trace.output
+        x = block.output
         stream_stats(l + 1, x)
         if not attention_only:
             continue
         pure = grouped_query_attention(rms_norm(pure, layer.attention_norm.double(), c.eps),
-                                       layer.to(torch.float64), c).output
+                                       weights=layer.to(dtype=torch.float64), config=c, causal=True).output
         out["pure_spread_sq"][l + 1] = (pure - pure.mean(0, keepdim=True)).pow(2).sum()
         out["pure_total_sq"][l + 1] = pure.pow(2).sum()
     if units is not None:
@@ -374,11 +374,11 @@ def long_text_logit_spectra(model, ids: list[int]) -> Tensor:
     spectra = []
     with torch.no_grad():
         for layer in model.layers:
-            trace = decoder_block(x, layer, c)
-            q = trace.attention.rotated_query.double()
-            k = trace.attention.rotated_key.double().repeat_interleave(c.h // c.h_kv, 0)
+            block = decoder_block(x, weights=layer, config=c, causal=True)
+            q = block.trace.attention.trace.rotated_query.double()
+            k = block.trace.attention.trace.rotated_key.double().repeat_interleave(c.h // c.h_kv, 0)
             spectra.append(torch.linalg.svdvals(q @ k.transpose(-2, -1)))                  # (h, n)
-            x = trace.output
+            x = block.output
     return torch.stack(spectra)
 
 
@@ -415,9 +415,9 @@ def long_text_hull(model, ids: list[int], seed: int = 0) -> dict[str, Tensor]:
     centroid_gap = torch.zeros(len(model.layers), c.h, dtype=torch.float64)
     with torch.no_grad():
         for index, layer in enumerate(model.layers):
-            trace = decoder_block(x, layer, c)
-            q = trace.attention.rotated_query.double()                                   # (h, n, d_k)
-            k = trace.attention.rotated_key.double()                                     # (h_kv, n, d_k)
+            block = decoder_block(x, weights=layer, config=c, causal=True)
+            q = block.trace.attention.trace.rotated_query.double()                       # (h, n, d_k)
+            k = block.trace.attention.trace.rotated_key.double()                         # (h_kv, n, d_k)
             for g in range(c.h_kv):
                 distance[index, g] = hull_separation(k[g])[0]
                 scale[index, g] = k[g].norm(dim=-1).max()
@@ -429,7 +429,7 @@ def long_text_hull(model, ids: list[int], seed: int = 0) -> dict[str, Tensor]:
             gap[index] = (scores - others).amax(dim=-2)
             centroid = q @ k.mean(1).repeat_interleave(c.h // c.h_kv, 0)[..., None]          # (h, n, 1)
             centroid_gap[index] = (centroid[..., 0] - top2.values[..., 0]).amax(dim=-1)
-            x = trace.output
+            x = block.output
     generator = torch.Generator().manual_seed(seed)
     random = torch.stack([hull_separation(torch.randn(n, c.d_k, generator=generator, dtype=torch.float64))[0]
                           for _ in range(HULL_RANDOM_DRAWS)])

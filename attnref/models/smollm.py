@@ -29,7 +29,8 @@ from pathlib import Path
 
 import torch
 
-from attnref.decoder import BlockTrace, DecoderConfig, DecoderLayerWeights, decoder_block, rms_norm
+from attnref.attention import AttentionResult
+from attnref.decoder import DecoderConfig, DecoderLayerWeights, decoder_block, rms_norm
 
 Tensor = torch.Tensor
 
@@ -60,9 +61,13 @@ class SmolLM:
     layers: list[DecoderLayerWeights]
     final_norm: Tensor                   # (d,)
 
-    def to(self, *args, **kwargs) -> "SmolLM":
-        return SmolLM(self.config, self.embedding.to(*args, **kwargs),
-                      [layer.to(*args, **kwargs) for layer in self.layers], self.final_norm.to(*args, **kwargs))
+    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> "SmolLM":
+        """The same model on another device and/or in another floating dtype (``model.to(torch.float64)``
+        is read as a dtype, as ``Tensor.to`` reads it)."""
+        if isinstance(device, torch.dtype) and dtype is None:
+            device, dtype = None, device
+        return SmolLM(self.config, self.embedding.to(device=device, dtype=dtype),
+                      [layer.to(device, dtype) for layer in self.layers], self.final_norm.to(device=device, dtype=dtype))
 
 
 def unpermute(weight: Tensor, heads: int) -> Tensor:
@@ -129,7 +134,7 @@ def load(dtype: torch.dtype = torch.float32, layers: int | None = None, with_emb
 @dataclass
 class DecoderOutput:
     hidden: list[Tensor]          # H^(0) … H^(L): (..., n, d) each
-    blocks: list[BlockTrace]      # per block: updates, attention weights, queries and keys
+    blocks: list[AttentionResult]  # per block: output, attention weights, trace (updates, queries and keys)
     logits: Tensor | None         # (..., n, vocab), or None without the embedding
 
 
@@ -145,10 +150,10 @@ def forward(model: SmolLM, input_ids: Tensor, key_mask: Tensor | None = None, lo
     x = model.embedding[input_ids]                                       # (..., n, d)
     hidden, blocks = [x], []
     for layer in model.layers:
-        trace = decoder_block(x, layer, model.config, key_mask=key_mask)
-        x = trace.output
+        block = decoder_block(x, weights=layer, config=model.config, key_mask=key_mask, causal=True)
+        x = block.output
         hidden.append(x)
-        blocks.append(trace)
+        blocks.append(block)
     out = None
     if logits:
         out = rms_norm(x, model.final_norm, model.config.eps) @ model.embedding.T    # (..., n, d) @ (d, vocab)
