@@ -45,7 +45,7 @@ DETERMINISM_LOG ?= /tmp/attention-claims-determinism.log
 
 help:
 	@echo "make book | make pdf (the PDF edition) | make bundle (notebooks + wheel + reader lock, for download) | make bundle-check (its README run for real) | make test | make test-fast (no notebooks) | make execute (refresh stored outputs) | make clean"
-	@echo "make seeds [SEEDS=1,...,20] | make determinism [N=10] | make bench (timings -> book/_data/report.json) | make experiments (chapter 8 training runs, about 7 min)"
+	@echo "make seeds [SEEDS=1,...,20] | make determinism [N=10] | make bench (timings -> book/_data/report.json) | make experiments (chapter 8 training runs, about 15 min on 2 idle cores)"
 
 $(STAMP): requirements.lock requirements-nodeps.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "attention-claims needs Python >= 3.11, found " + sys.version.split()[0])'
@@ -131,16 +131,20 @@ bench: $(STAMP) preflight
 measure: $(STAMP)
 	$(RUN) $(BIN)/python tools/measure_decoder.py
 
-# Chapter 8's training experiments (E1–E5), once (about 7 minutes on 2 idle cores, 15 under load): data/experiments/e*.json.
-# The notebook reads them; make test re-runs every variant's first steps and fails if the code changed since.
+# Chapter 8's training experiments (E1-E7) under the committed plan data/experiments/plan.toml:
+# data/experiments/e*.json (each stores the plan's sha256). About 15 minutes on 2 idle cores; far
+# longer when the machine is shared. EXPERIMENTS_ARGS="--device cuda" trains on a GPU,
+# "--shard i/k" one of k shards (then tools/run_experiments.py --merge). The notebook reads the
+# files; make test re-runs every variant's first steps and fails if the code or the plan changed.
+EXPERIMENTS_ARGS ?=
 experiments: $(STAMP)
-	$(RUN) $(BIN)/python tools/run_experiments.py --jobs $(JOBS)
+	$(RUN) $(BIN)/python tools/run_experiments.py --jobs $(JOBS) $(EXPERIMENTS_ARGS)
 	@$(MAKE) --no-print-directory experiments-recheck
 
-# The comparison runs of E1, E4 and E5 again on torch's portable CPU kernels: chapter 8 shows that no
+# The comparison runs of E1 again on torch's portable CPU kernels: chapter 8 shows that no
 # verdict depends on the kernel path (data/experiments/portable/).
 experiments-recheck: $(STAMP)
-	$(PORTABLE_PATH) $(RUN) $(BIN)/python tools/run_experiments.py --jobs $(JOBS) --recheck --out data/experiments/portable
+	$(PORTABLE_PATH) $(RUN) $(BIN)/python tools/run_experiments.py --jobs $(JOBS) --recheck --only E1 --out data/experiments/portable
 
 # Re-execute notebooks in place (default seed, one thread) after changing one; commit the result.
 execute: $(STAMP)

@@ -1,8 +1,9 @@
 """The stored training results (data/experiments/e*.json, written by `make experiments`) still match
-the code: the training code's hash equals the one stored with the data, and every variant's seed-0
-run, re-run for its first steps, reproduces the stored losses within float32's error (measured
-here: the same steps in float32 and in float64, attnref.book.provenance.float32_drift).
-Chapter 8 reads these files; the full training is not repeated here.
+the code and the plan: the training code's hash and the plan's sha256 equal the ones stored with the
+data, and every variant's seed-0 run, re-run for its first steps, reproduces the stored losses
+within float32's error (measured here: the same steps in float32 and in float64,
+attnref.book.provenance.float32_drift). Chapter 8 reads these files; the full training is not
+repeated here.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from attnref.training.train import train, training_code_hash
 
 STEPS = 3
 CASES = [(e, s) for e, settings in ex.settings().items() for s in settings]
+RECHECKED = ("E1",)
 
 
 def _stored(experiment):
@@ -29,12 +31,20 @@ def _stored(experiment):
 
 
 @pytest.mark.parametrize("experiment", sorted(ex.settings()))
-def test_data_file_was_made_by_this_training_code(experiment):
+def test_data_file_was_made_by_this_training_code_under_this_plan(experiment):
     data = _stored(experiment)
+    plan = ex.load_plan()
     assert data["training_code_hash"] == training_code_hash()
-    assert data["seeds"] == list(ex.SEEDS) and data["steps"] == ex.STEPS
-    assert [(s["variant"], s["group"]) for s in data["settings"]] == \
-        [(s.variant, s.group) for s in ex.settings()[experiment]], "run `make experiments`"
+    assert data["plan_sha256"] == ex.plan_hash(), "run `make experiments`"
+    assert data["seeds"] == plan["design"]["comparison_seeds"]
+    assert [(s["variant"], s["group"], s["steps"]) for s in data["settings"]] == \
+        [(s.variant, s.group, s.steps) for s in ex.settings()[experiment]], "run `make experiments`"
+    for s in data["settings"]:
+        if s["lr_tuned"]:
+            assert len(s["tuning"]) >= 3, f"{experiment} {s['variant']}: fewer than 3 learning rates tried"
+            assert s["lr"] in [t["lr"] for t in s["tuning"]]
+        assert len(s["runs"]) == len(data["seeds"]) and all(r["device"] == data["device"] for r in s["runs"])
+    assert {"cpu_capability", "torch", "blas"} <= set(data["machine"])
 
 
 def _in_float64(monkeypatch):
@@ -75,10 +85,18 @@ def test_missing_or_stale_data_names_make_experiments(tmp_path):
         results.load("E1", tmp_path)
 
 
-@pytest.mark.parametrize("experiment", ["E1", "E4", "E5"])
+def test_a_result_made_under_another_plan_is_refused(tmp_path):
+    data = json.loads((results.DATA / "e1.json").read_text())
+    data["plan_sha256"] = "f" * 64
+    (tmp_path / "e1.json").write_text(json.dumps(data))
+    with pytest.raises(results.StaleData, match=r"made under plan ffffffffffff.*run `make experiments`"):
+        results.load("E1", tmp_path)
+
+
+@pytest.mark.parametrize("experiment", RECHECKED)
 def test_the_portable_kernel_recheck_reruns_the_stored_settings_on_another_path(experiment):
-    """data/experiments/portable/ (make experiments-recheck): same code, seeds, settings and learning
-    rates as the main file, trained on torch's portable kernels (chapter 8 decides on both)."""
+    """data/experiments/portable/ (make experiments-recheck): same code, plan, seeds, settings and
+    learning rates as the main file, trained on torch's portable kernels (chapter 8 decides on both)."""
     try:
         again = results.load_recheck(experiment)
     except results.StaleData as error:
@@ -88,17 +106,17 @@ def test_the_portable_kernel_recheck_reruns_the_stored_settings_on_another_path(
 
 def test_a_recheck_of_other_settings_or_on_the_same_path_is_refused(tmp_path):
     import shutil
-    for name in ("e5.json",):
+    for name in ("e1.json",):
         shutil.copy(results.DATA / name, tmp_path / name)
     (tmp_path / results.PORTABLE).mkdir()
-    again = json.loads((results.DATA / results.PORTABLE / "e5.json").read_text())
-    main = json.loads((results.DATA / "e5.json").read_text())
+    again = json.loads((results.DATA / results.PORTABLE / "e1.json").read_text())
+    main = json.loads((results.DATA / "e1.json").read_text())
     again["machine"] = {**again["machine"], "cpu_capability": (main.get("machine") or {}).get("cpu_capability")}
-    (tmp_path / results.PORTABLE / "e5.json").write_text(json.dumps(again))
+    (tmp_path / results.PORTABLE / "e1.json").write_text(json.dumps(again))
     with pytest.raises(results.StaleData, match="same CPU kernel path"):
-        results.load_recheck("E5", tmp_path)
-    again = json.loads((results.DATA / results.PORTABLE / "e5.json").read_text())
+        results.load_recheck("E1", tmp_path)
+    again = json.loads((results.DATA / results.PORTABLE / "e1.json").read_text())
     again["settings"][0]["lr"] *= 10
-    (tmp_path / results.PORTABLE / "e5.json").write_text(json.dumps(again))
+    (tmp_path / results.PORTABLE / "e1.json").write_text(json.dumps(again))
     with pytest.raises(results.StaleData, match="does not re-run the stored settings"):
-        results.load_recheck("E5", tmp_path)
+        results.load_recheck("E1", tmp_path)

@@ -147,3 +147,65 @@ def test_t_quantile_matches_scipy(df, level):
     from scipy import stats
 
     assert results.t_quantile(level, df) == pytest.approx(stats.t.ppf(0.5 + level / 2, df), rel=1e-10)
+
+
+# ---- the variants of issue 28's plan -----------------------------------------------------------
+
+def test_two_keys_asked_at_once():
+    task = RecallTask(keys=64, values=4, queries=2)
+    assert task.classes == 16 and task.chance == 1 / 16
+    data = task.batch(512, 8, generator(5))
+    assert data.query.shape == (512, 2)
+    assert (data.query[:, 0] != data.query[:, 1]).all()                  # two different keys
+    for col, weight in ((0, 4), (1, 1)):
+        hit = data.keys == data.query[:, col:col + 1]
+        assert (hit.sum(1) == 1).all()
+    v_a = data.values[data.keys == data.query[:, :1]]
+    v_b = data.values[data.keys == data.query[:, 1:]]
+    assert torch.equal(data.answer, 4 * v_a + v_b)
+    model = RecallModel(Spec(queries=2, h=4), task.keys, task.values, seed=0, classes=task.classes)
+    assert model(data.keys, data.values, data.query).shape == (512, 16)
+    with pytest.raises(ValueError, match="queries must be 1 or 2"):
+        RecallTask(queries=3)
+
+
+def test_factored_scores_of_a_chosen_rank_without_bias():
+    d, h = 32, 8
+    for r in (4, 16):
+        model = RecallModel(Spec(d=d, h=h, scores="factored", score_rank=r), TASK.keys, TASK.values, seed=0)
+        assert model.attention_parameter_count() == 2 * h * d * r          # U, V only: no bias
+        spectra = model.fused_spectra()
+        assert all(sum(s > 1e-5 * head[0] for s in head) == r for head in spectra)
+    fused = RecallModel(Spec(d=d, h=h, scores="fused"), TASK.keys, TASK.values, seed=0)
+    assert fused.attention_parameter_count() == h * d * d == 2 * h * d * 16   # equal to rank d/2
+
+
+@pytest.mark.parametrize("change", [{"qkv_activation": "relu", "sigma_on": "q"},
+                                    {"qkv_activation": "relu", "sigma_on": "k"},
+                                    {"qkv_activation": "relu", "sigma_on": "v"},
+                                    {"gate": True}, {"placement": "post_branch_relu"},
+                                    {"scores": "cosine", "cos_scale": 4.0}], ids=str)
+def test_every_variant_changes_the_function(change):
+    # a variant flag that the model ignored would give the baseline's outputs
+    base = RecallModel(Spec(), TASK.keys, TASK.values, seed=0)
+    other = RecallModel(Spec(**change), TASK.keys, TASK.values, seed=0)
+    data = TASK.batch(16, 8, generator(0))
+    with torch.no_grad():
+        assert not torch.allclose(base(data.keys, data.values, data.query),
+                                  other(data.keys, data.values, data.query), atol=1e-4)
+    if change.get("gate"):
+        assert other.parameter_count() - base.parameter_count() == 32 * 32 + 32
+
+
+def test_attention_statistics_of_cosine_scores_are_bounded_by_the_scale():
+    from attnref.training.train import attention_statistics
+    for scale in (1.0, 4.0):
+        run = Run(Spec(scores="cosine", cos_scale=scale), TASK, steps=1, seed=0, eval_size=64)
+        model = RecallModel(run.spec, TASK.keys, TASK.values, seed=0)
+        stats = attention_statistics(model, run)
+        assert stats["max_logit"] <= scale * (1 + 1e-6)
+        assert 0 < stats["query_entropy"] <= stats["uniform_entropy"] + 1e-9
+        assert stats["uniform_entropy"] == pytest.approx(math.log(9))
+    dot = Run(Spec(), TASK, steps=1, seed=0, eval_size=64, attention_stats=True)
+    record = train(dot)
+    assert record["attention"]["max_logit"] >= record["attention"]["mean_row_max_logit"] > 0

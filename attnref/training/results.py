@@ -52,10 +52,26 @@ def load(experiment: str, directory: Path | str | None = None, check_hash: bool 
     if check_hash and stored != training_code_hash():
         raise StaleData(f"{shown} is stale: written by training code {stored}, the code is now "
                         f"{training_code_hash()}: run `make experiments`")
-    if check_hash and data.get("plan_sha256") != experiments.plan_hash():
-        raise StaleData(f"{shown} was made under plan {str(data.get('plan_sha256'))[:12]}…, the committed "
-                        f"plan is {experiments.plan_hash()[:12]}…: run `make experiments`")
+    if check_hash and data.get("plan_sha256") != plan_hash():
+        raise StaleData(f"{shown} was made under plan {str(data.get('plan_sha256'))[:12]}…, the plan is now "
+                        f"{plan_hash()[:12]}…: run `make experiments`")
     return data
+
+
+def plan_file() -> Path:
+    """The plan the results are checked against: ``data/experiments/plan.toml``, or the file named
+    by ``ATTNREF_PLAN`` (with ``ATTNREF_EXPERIMENTS``: a smoke test's plan and output)."""
+    return Path(os.environ.get("ATTNREF_PLAN") or experiments.plan_path())
+
+
+def plan_hash() -> str:
+    """sha256 of :func:`plan_file`."""
+    return experiments.plan_hash(plan_file())
+
+
+def plan() -> dict:
+    """The plan of :func:`plan_file`, as a dictionary."""
+    return experiments.load_plan(plan_file())
 
 
 #: Where `make experiments-recheck` writes the comparison runs re-trained on torch's portable kernels.
@@ -69,7 +85,8 @@ def load_recheck(experiment: str, directory: Path | str | None = None) -> dict:
     base = Path(directory or os.environ.get("ATTNREF_EXPERIMENTS") or _data_directory())
     main = load(experiment, base)
     again = load(experiment, base / PORTABLE)
-    if again["seeds"] != main["seeds"] or [(s["variant"], s["group"], s["lr"]) for s in again["settings"]] != \
+    if again["seeds"] != main["seeds"] or again.get("plan_sha256") != main.get("plan_sha256") or \
+            [(s["variant"], s["group"], s["lr"]) for s in again["settings"]] != \
             [(s["variant"], s["group"], s["lr"]) for s in main["settings"]]:
         raise StaleData(f"{PORTABLE}/{experiment.lower()}.json does not re-run the stored settings: "
                         "run `make experiments-recheck`")
@@ -91,6 +108,21 @@ def accuracies(entry: dict, n: int | None = None) -> list[float]:
     """Held-out accuracy of every seed's run, in seed order (at ``n`` pairs; default: training n)."""
     key = str(entry["n"] if n is None else n)
     return [run["eval"][key]["accuracy"] for run in entry["runs"]]
+
+
+def checkpoint_accuracies(entry: dict, step: int) -> list[float]:
+    """Held-out accuracy of every seed's run at ``step`` (the flattened MLP's plateau check)."""
+    return [run["checkpoints"][str(step)] for run in entry["runs"]]
+
+
+def attention_statistic(entry: dict, name: str) -> list[float]:
+    """E6: ``name`` (``"max_logit"``, ``"query_entropy"`` …) of every seed's run, NaN for a run
+    that diverged (its statistics are not finite)."""
+    out = []
+    for run in entry["runs"]:
+        value = (run.get("attention") or {}).get(name, math.nan)
+        out.append(math.nan if run.get("diverged") or value is None else float(value))
+    return out
 
 
 def sign_flip_p(differences) -> float:

@@ -1,0 +1,170 @@
+"""Chapter 8's plan (data/experiments/plan.toml) and the machinery around it: every result file was
+made under the committed plan; the plan was committed before the results; the runner's shards merge
+into exactly what one process writes; --device cuda fails clearly without CUDA; the exact sign-flip
+test and the power statement compute what they claim.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnref.training import experiments as ex
+from attnref.training import results
+from attnref.training.train import resolve_device
+
+ROOT = Path(__file__).resolve().parents[1]
+PLAN = ROOT / "data" / "experiments" / "plan.toml"
+
+
+def _git(*args) -> str | None:
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        return None
+    done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+    return done.stdout if done.returncode == 0 else None
+
+
+@pytest.mark.parametrize("experiment", ex.IDS)
+def test_every_result_was_made_under_the_committed_plan(experiment):
+    for directory in (results.DATA, results.DATA / results.PORTABLE):
+        path = directory / f"{experiment.lower()}.json"
+        if directory != results.DATA and not path.exists():
+            continue
+        stored = json.loads(path.read_text())["plan_sha256"]
+        assert stored == ex.plan_hash(PLAN), \
+            f"{path.relative_to(ROOT)} was made under plan {stored[:12]}…, not {ex.plan_hash(PLAN)[:12]}…"
+    committed = _git("show", "HEAD:data/experiments/plan.toml")
+    if committed is not None:
+        import hashlib
+        assert hashlib.sha256(committed.encode()).hexdigest() == ex.plan_hash(PLAN), \
+            "data/experiments/plan.toml differs from its committed version"
+
+
+def test_the_plan_was_committed_before_the_results():
+    # the first commit that added the plan is an ancestor of (or is older than) every commit
+    # that changed a result file with today's plan hash
+    first_plan = _git("log", "--diff-filter=A", "--format=%H", "--", "data/experiments/plan.toml")
+    if not first_plan:
+        pytest.skip("not a git work tree (the download bundle)")
+    plan_commit = first_plan.split()[-1]
+    for e in ex.IDS:
+        commits = (_git("log", "--format=%H", "--", f"data/experiments/{e.lower()}.json") or "").split()
+        for commit in commits[:1]:                       # the newest version of the result
+            done = subprocess.run(["git", "merge-base", "--is-ancestor", plan_commit, commit], cwd=ROOT)
+            assert done.returncode == 0, f"{e}'s results ({commit[:8]}) do not descend from the plan's commit"
+
+
+def test_the_plan_fixes_what_the_issue_asks_for():
+    plan = ex.load_plan(PLAN)
+    design = plan["design"]
+    assert len(design["comparison_seeds"]) == 10
+    assert not set(design["pilot_seeds"]) & set(design["comparison_seeds"]) and \
+        design["tuning_seed"] not in design["comparison_seeds"] + design["pilot_seeds"]
+    assert len(design["lr_grid"]) >= 3
+    for e in ex.IDS:
+        p = plan[e]
+        assert p["steps"] > 0 and p["delta"] > 0 and p["power"] and p["baseline"] in [v["name"] for v in p["variants"]]
+        if p.get("tuned", True) is False:
+            assert len(p["groups"]) >= 3 and all("lr" in g for g in p["groups"])
+
+
+def _tiny_plan(tmp_path) -> Path:
+    text = PLAN.read_text()
+    start = text.index("[E1]")
+    end = text.index("[E2]")
+    e1 = text[start:end].replace('  { name = "relu_k", qkv_activation = "relu", sigma_on = "k" },\n', "")
+    head = text[:start].replace("comparison_seeds = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]", "comparison_seeds = [0, 1]")
+    head = head.replace("eval_size = 1024", "eval_size = 32").replace("lr_grid = [3e-3, 1e-2, 3e-2]", "lr_grid = [1e-3, 1e-2, 1e-1]")
+    import re
+    e1 = re.sub(r"\nsteps = \d+", "\nsteps = 2", e1)
+    e1 = e1[:e1.index("variants = [")] + 'variants = [\n  { name = "identity" },\n  { name = "relu_q", qkv_activation = "relu", sigma_on = "q" },\n  { name = "gate", gate = true },\n]\n'
+    path = tmp_path / "plan.toml"
+    path.write_text(head + e1)
+    return path
+
+
+def _run(*args):
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "run_experiments.py"), "--jobs", "1", *args],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done
+
+
+def _strip(data):
+    volatile = {"seconds", "cpu_seconds", "run_seconds", "machine", "shard"}
+    if isinstance(data, dict):
+        return {k: _strip(v) for k, v in data.items() if k not in volatile}
+    if isinstance(data, list):
+        return [_strip(v) for v in data]
+    return data
+
+
+def test_shards_merge_into_the_unsharded_result(tmp_path):
+    plan = _tiny_plan(tmp_path)
+    _run("--plan", str(plan), "--only", "E1", "--out", str(tmp_path / "one"))
+    for i in range(2):
+        _run("--plan", str(plan), "--only", "E1", "--shard", f"{i}/2", "--out", str(tmp_path / f"shard{i}"))
+    parts = [json.loads((tmp_path / f"shard{i}" / "e1.json").read_text()) for i in range(2)]
+    assert sorted(len(p["settings"]) for p in parts) == [1, 2]          # 3 settings split 2 + 1
+    _run("--plan", str(plan), "--only", "E1", "--merge", str(tmp_path / "shard0"), str(tmp_path / "shard1"),
+         "--out", str(tmp_path / "merged"))
+    one = json.loads((tmp_path / "one" / "e1.json").read_text())
+    merged = json.loads((tmp_path / "merged" / "e1.json").read_text())
+    assert _strip(merged) == _strip(one)
+    assert one["plan_sha256"] == ex.plan_hash(plan) and one["device"] == "cpu"
+    # a shard made under another plan is refused by the merge
+    other = json.loads((tmp_path / "shard1" / "e1.json").read_text())
+    other["plan_sha256"] = "0" * 64
+    (tmp_path / "shard1" / "e1.json").write_text(json.dumps(other))
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "run_experiments.py"), "--plan", str(plan),
+                           "--only", "E1", "--merge", str(tmp_path / "shard0"), str(tmp_path / "shard1"),
+                           "--out", str(tmp_path / "bad")], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode != 0 and "different plans" in done.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
+def test_device_cuda_fails_clearly_without_cuda():
+    with pytest.raises(RuntimeError, match="sees no CUDA device"):
+        resolve_device("cuda")
+    with pytest.raises(ValueError, match="device must be"):
+        resolve_device("tpu")
+    assert resolve_device(None).type == "cpu"
+
+
+def test_sign_flip_p_is_the_exact_permutation_p():
+    assert results.sign_flip_p([0.1] * 10) == 2 / 1024                  # every sign the same
+    assert results.sign_flip_p([1, -1] * 5) == 1.0
+    rng = random.Random(0)
+    values = [rng.gauss(0.2, 1) for _ in range(8)]
+    # brute force over all 2^8 sign assignments
+    observed = abs(sum(values))
+    count = sum(abs(sum(v * (-1 if m >> i & 1 else 1) for i, v in enumerate(values))) >= observed - 1e-12
+                for m in range(256))
+    assert results.sign_flip_p(values) == count / 256
+    assert math.isnan(results.sign_flip_p([0.1, float("nan")]))
+    with pytest.raises(ValueError, match="1 to 20 differences"):
+        results.sign_flip_p([0.1] * 21)
+
+
+def test_detectable_effect_has_the_stated_power():
+    # Monte Carlo: normal differences with the detectable mean are detected (two-sided 95 % t
+    # excludes 0) in 80 % of samples; 4000 samples, 3.5 standard errors (0.022) of slack
+    effect = results.detectable_effect(1.0, 10)
+    assert 0.9 < effect < 1.1
+    crit = results.t_quantile(0.95, 9)
+    rng = random.Random(1)
+    hits = 0
+    for _ in range(4000):
+        d = [rng.gauss(effect, 1.0) for _ in range(10)]
+        m = sum(d) / 10
+        s = math.sqrt(sum((x - m) ** 2 for x in d) / 9)
+        hits += abs(m) / (s / math.sqrt(10)) > crit
+    assert abs(hits / 4000 - 0.8) < 0.022
