@@ -45,7 +45,7 @@ DETERMINISM_LOG ?= /tmp/attention-claims-determinism.log
 
 help:
 	@echo "make book | make pdf (the PDF edition) | make bundle (notebooks + wheel + reader lock, for download) | make bundle-check (its README run for real) | make test | make test-fast (no notebooks) | make execute (refresh stored outputs) | make clean"
-	@echo "make seeds [SEEDS=1,...,20] | make determinism [N=10] | make bench (timings -> book/_data/report.json) | make experiments (chapter 8 training runs, about 15 min on 2 idle cores)"
+	@echo "make seeds [SEEDS=1,...,20] | make determinism [N=10] | make bench (timings -> book/_data/report.json) | make experiments (chapter 8 training runs, roughly 5 min on 2 idle cores)"
 
 $(STAMP): requirements.lock requirements-nodeps.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "attention-claims needs Python >= 3.11, found " + sys.version.split()[0])'
@@ -132,8 +132,9 @@ measure: $(STAMP)
 	$(RUN) $(BIN)/python tools/measure_decoder.py
 
 # Chapter 8's training experiments (E1-E7) under the committed plan data/experiments/plan.toml:
-# data/experiments/e*.json (each stores the plan's sha256). About 15 minutes on 2 idle cores; far
-# longer when the machine is shared. EXPERIMENTS_ARGS="--device cuda" trains on a GPU,
+# data/experiments/e*.json (each stores the plan's sha256). The stored runs used about 9 CPU-minutes
+# (training loops only), so roughly 5 minutes on 2 idle cores; not timed idle: the machine was shared
+# (load ~20), where the runs took 40 minutes. EXPERIMENTS_ARGS="--device cuda" trains on a GPU,
 # "--shard i/k" one of k shards (then tools/run_experiments.py --merge). The notebook reads the
 # files; make test re-runs every variant's first steps and fails if the code or the plan changed.
 EXPERIMENTS_ARGS ?=
