@@ -119,7 +119,7 @@ def test_a_new_claim_without_a_short_reason_is_reported_here_not_in_the_build() 
     assert not pages.problems(BOOK, answers, missing_reasons=False)
     row = next(line for line in pages.render_chapter_top(BOOK, answers, "notebooks/08-training").splitlines()
                if line.startswith("| {ref}`E5 "))
-    assert "With 4096 score parameters" in row     # the recorded reason's first clause stands in
+    assert "At equal score parameters the fused form" in row     # the recorded reason's first clause stands in
 
 
 def test_a_missing_target_is_reported() -> None:
