@@ -17,9 +17,13 @@ import re
 
 import sympy as sp
 
-#: Most LaTeX characters of an expression per displayed line (about 330 px in the book's maths font
-#: size: a display fits the 352 px column of a 400 px phone screen).
-LINE_CHARS = 48
+#: Most visible characters (:func:`_visible`) of a displayed line, the left-hand side included:
+#: MathJax sets about 11.7 px per such character in the book (measured in Chromium: a 56-character
+#: line is 653 px), so 30 make about 350 px and a display fits the 368 px column of a 400 px phone
+#: screen.
+LINE_CHARS = 30
+#: A right-hand side keeps at least this many characters per line, however long the left side.
+MIN_RHS_CHARS = 18
 
 
 def _latex(expr) -> str:
@@ -94,9 +98,13 @@ def _aligned(rows: list[tuple[str, list[str]]]) -> str:
     return r"\begin{aligned}" + r" \\ ".join(body) + r"\end{aligned}"
 
 
+def _rhs_width(lhs: str, width: int) -> int:
+    return max(width - _visible(lhs) - 1, MIN_RHS_CHARS)
+
+
 def equation_latex(lhs: str, expr, width: int = LINE_CHARS) -> str:
     """The LaTeX of :func:`equation`."""
-    return _aligned([(lhs, broken(expr, width))])
+    return _aligned([(lhs, broken(expr, _rhs_width(lhs, width)))])
 
 
 def equation(lhs: str, expr, width: int = LINE_CHARS) -> None:
@@ -113,7 +121,7 @@ def equations(rows: dict[str, object], width: int = LINE_CHARS) -> None:
     """Display several results ``{lhs: expr}``, one per line, aligned at ``=``."""
     from IPython.display import Math, display
 
-    display(Math(_aligned([(lhs, [expr] if isinstance(expr, str) else broken(expr, width))
+    display(Math(_aligned([(lhs, [expr] if isinstance(expr, str) else broken(expr, _rhs_width(lhs, width)))
                            for lhs, expr in rows.items()])))
 
 
