@@ -52,9 +52,10 @@ def test_the_notebook_gives_the_expected_verdict(claim_id):
 
 
 MUTATIONS = {
-    # E1: the smallest difference that counts in the wrong unit (30 points instead of 3)
-    "E1": (("DELTA, LEVEL = 0.03, 0.95", "DELTA, LEVEL = 0.3, 0.95"),
-           "largest gain of a σ over identity: 95 % t lower end"),
+    # E1: the difference taken the wrong way round (identity − σ)
+    "E1": (('e1_gain = {v: compare("E1", v, "identity", level=E1_LEVEL)',
+            'e1_gain = {v: compare("E1", "identity", v, level=E1_LEVEL)'),
+           "ReLU on q, k, v − identity: 99 % t lower end"),
     # E2: a variant-name slip: pre-LN taken for the ReLU-after-Add-&-Norm variant
     "E2": (('E2_RELU = ("post_relu", "post_branch_relu")', 'E2_RELU = ("pre", "post_branch_relu")'),
            "largest gain of a ReLU placement over post-LN: 95 % t lower end"),
@@ -92,9 +93,9 @@ def test_a_plausible_bug_moves_the_verdict_and_a_named_check_catches_it(claim_id
 def test_a_verdict_that_the_cpu_kernels_would_change_is_not_established():
     # the recheck on torch's portable kernels coming out 20 points lower (a kernel-dependent result):
     # the supporting check of the same decision fails, and the verdict is not established
-    replace = ('e1_again = {v: compare("E1", v, "identity", source=portable) for v in E1_SIGMAS}',
+    replace = ('e1_again = {v: compare("E1", v, "identity", source=portable, level=E1_LEVEL) for v in E1_SIGMAS}',
                'e1_again = {v: results.paired_t([x - 0.2 for x in differences("E1", v, "identity", '
-               'source=portable)], LEVEL) for v in E1_SIGMAS}')
+               'source=portable)], E1_LEVEL) for v in E1_SIGMAS}')
     verdict, checks = run_section("E1", replace)
     assert verdict == claims.NOT_ESTABLISHED
     failing = [c.name for c in checks if not c.passed and c.bears_on == claims.SUPPORTING]

@@ -21,7 +21,9 @@ FAILS = "does not hold"
 #: unit-variance components, C6's equal norms): the claim is not tested, the premise is refuted.
 PREMISE_FAILS = "premise fails here"
 NOT_ESTABLISHED = "not established"
-#: The verdicts a claim can be expected to have; NOT_ESTABLISHED is never expected.
+#: The verdicts the evidence can settle on. A claim's expected verdict is one of ALL_VERDICTS:
+#: NOT_ESTABLISHED is expected only where a planned measurement cannot decide (E5: an interval
+#: that contains the smallest effect that counts) — an honest result the book states as one.
 VERDICTS = (HOLDS, CONDITIONS, FAILS, PREMISE_FAILS)
 ALL_VERDICTS = (*VERDICTS, NOT_ESTABLISHED)
 
@@ -114,7 +116,7 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
     # 8 · Training experiments
     # chapter 8's verdicts come from the runs of the committed plan (data/experiments/plan.toml);
     # E5 is undecided by that plan's ten seeds: "not established" is its honest, expected result
-    _C("E1", "activation-after-projections", 8, "A nonlinearity after the Q, K, V projections adds much-needed expressiveness.", HOLDS),
+    _C("E1", "activation-after-projections", 8, "A nonlinearity after the Q, K, V projections adds much-needed expressiveness.", CONDITIONS),
     _C("E2", "activation-after-residual", 8, "An activation after Add & Norm, as in ResNets, would help a Transformer train.", FAILS),
     _C("E3", "attention-vs-mlp", 8, "Attention brings context and handles any length; a per-token or flattened linear layer cannot.", CONDITIONS),
     _C("E4", "cosine-vs-dot", 8, "Cosine scores would work as well as scaled dot products.", CONDITIONS),
