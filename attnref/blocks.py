@@ -59,7 +59,9 @@ class Variant:
     added to its output (without it :math:`f(\\mathrm{N}(x))` or :math:`\\mathrm{N}(f(x))`).
     ``ffn``: the FFN sublayer follows the attention (without it the layer ends after attention).
     ``activation``: ``"relu"`` is applied to the stream after each sublayer (after the sum, after
-    the normalisation in ``"post"``), ``"identity"`` leaves it. ``attention``: the attention
+    the normalisation in ``"post"``), ``"identity"`` leaves it. ``branch_input``: ``"relu"`` is
+    applied to each branch's input (after the pre-norm in ``"pre"``): :math:`x + f(\mathrm{ReLU}(x))`
+    keeps the identity path linear. ``attention``: the attention
     sublayer, a function ``(x, *, weights, mask, key_mask, causal) -> AttentionResult`` of the
     layer's attention weights (default :func:`attnref.multi_head_attention`) — the hook for other
     attentions (cosine scores, activations on q, k, v, …).
@@ -70,6 +72,7 @@ class Variant:
     ffn: bool = True
     activation: Literal["identity", "relu"] = "identity"
     attention: Callable[..., AttentionResult] | None = None
+    branch_input: Literal["identity", "relu"] = "identity"
 
     def __post_init__(self) -> None:
         if self.norm not in ("pre", "post", None):
@@ -78,6 +81,8 @@ class Variant:
         check.boolean("ffn", self.ffn)
         if not isinstance(self.activation, str) or self.activation not in ("identity", "relu"):
             raise ValueError(f"activation must be 'identity' or 'relu', got {self.activation!r}")
+        if not isinstance(self.branch_input, str) or self.branch_input not in ("identity", "relu"):
+            raise ValueError(f"branch_input must be 'identity' or 'relu', got {self.branch_input!r}")
         if self.attention is not None and not callable(self.attention):
             raise ValueError(f"attention must be a function or None, got {type(self.attention).__name__}")
 
@@ -91,6 +96,7 @@ VARIANTS: dict[str, Variant] = {
     "pre-LN": PRE_LN,                                                    # x + SA(LN(x)), y + FFN(LN(y))
     "pre-LN, ReLU after the sums": Variant(norm="pre", activation="relu"),
     "post-LN, ReLU after the sums": Variant(norm="post", activation="relu"),
+    "post-LN, ReLU inside the branches": Variant(norm="post", branch_input="relu"),   # LN(x + SA(ReLU(x))), …
     "attention": Variant(norm=None, skip=False, ffn=False),              # SA(x)
     "attention + skip": Variant(norm=None, ffn=False),                   # x + SA(x)
     "attention + FFN": Variant(norm=None, skip=False),                   # FFN(SA(x))
@@ -119,13 +125,16 @@ def residual_block(x: Tensor, *, attention: Callable[[Tensor], AttentionResult],
     how they are combined. For ``variant.norm = "pre"`` with a skip:
     :math:`y = \phi(x + A(N_1(x)))`, :math:`z = \phi(y + F(N_2(y)))`; for ``"post"``:
     :math:`y = \phi(N_1(x + A(x)))`, :math:`z = \phi(N_2(y + F(y)))`, with :math:`\phi` the
-    variant's activation. Returns ``z``, the attention weights and a :class:`LayerTrace`.
+    variant's activation (and :math:`A(\mathrm{ReLU}(\cdot))`, :math:`F(\mathrm{ReLU}(\cdot))` with
+    ``branch_input = "relu"``). Returns ``z``, the attention weights and a :class:`LayerTrace`.
     """
     act = relu if variant.activation == "relu" else (lambda t: t)
 
     def sublayer(stream: Tensor, branch: Callable[[Tensor], object], norm: Callable[[Tensor], Tensor] | None,
                  ) -> tuple[Tensor, object]:
         inner = norm(stream) if variant.norm == "pre" else stream        # pre: N(x) into the branch
+        if variant.branch_input == "relu":
+            inner = relu(inner)                                          # ReLU inside the branch
         result = branch(inner)
         update = result.output if isinstance(result, AttentionResult) else result
         summed = stream + update if variant.skip else update             # the skip connection

@@ -197,6 +197,7 @@ def test_every_variant_computes_its_formula(gen):
         "pre-LN": y_pre + ffn(ln(y_pre, n2)),
         "pre-LN, ReLU after the sums": relu(relu(y_pre) + ffn(ln(relu(y_pre), n2))),
         "post-LN, ReLU after the sums": relu(ln(relu(y_post) + ffn(relu(y_post)), n2)),
+        "post-LN, ReLU inside the branches": ln(ln(x + sa(relu(x)), n1) + ffn(relu(ln(x + sa(relu(x)), n1))), n2),
         "attention": sa(x),
         "attention + skip": x + sa(x),
         "attention + FFN": ffn(sa(x)),

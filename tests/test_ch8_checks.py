@@ -60,17 +60,17 @@ MUTATIONS = {
     "E2": (('E2_RELU = ("post_relu", "post_branch_relu")', 'E2_RELU = ("pre", "post_branch_relu")'),
            "largest gain of a ReLU placement over post-LN: 95 % t lower end"),
     # E3: the length test reads the training length twice (the longer held-out set never used)
-    "E3": (('e3_keep = results.paired_t([a - b for a, b in zip(metric("E3", "attention", n=n_long),',
-            'e3_keep = results.paired_t([a - b for a, b in zip(metric("E3", "attention", n=n_train),'),
+    "E3": (('zip(metric("E3", "attention", n=n_long, source=s),',
+            'zip(metric("E3", "attention", n=n_train, source=s),'),
            "attention at n = 32 − at n = 8 (trained at 8): 95 % t lower end"),
     # E4: the difference taken the wrong way round (dot − cosine)
     "E4": (('e4_diff = {v: compare("E4", v, "dot")', 'e4_diff = {v: compare("E4", "dot", v)'),
            "smallest cosine − dot over the three cosine forms: 95 % t upper end"),
     # E5: the fused form compared with the rank-4 factored form (half its score parameters)
-    "E5": (('e5_gain = compare("E5", "fused", "factored_16")', 'e5_gain = compare("E5", "fused", "factored_4")'),
+    "E5": (('E5_PAIR = ("fused", "factored_16")', 'E5_PAIR = ("fused", "factored_4")'),
            "fused W − rank-16 U Vᵀ (equal score parameters): 95 % t lower end"),
     # E6: the logit ratio inverted (QK-norm over dot)
-    "E6": (("math.log(a / b) for a, b in zip(", "math.log(b / a) for a, b in zip("),
+    "E6": (("e6_ratio = {g: [math.log(a / b) for a, b in zip(", "e6_ratio = {g: [math.log(b / a) for a, b in zip("),
            "log(largest logit, dot / QK-norm), lr 1e-1: 95 % t lower end"),
     # E7: the difference taken the wrong way round (1 head − 4 heads)
     "E7": (('e7_gain = compare("E7", "h = 4", "h = 1")', 'e7_gain = compare("E7", "h = 1", "h = 4")'),

@@ -99,7 +99,7 @@ def test_models_are_float32_whatever_the_default_dtype(scores):
 @pytest.mark.parametrize("given", [{"causal": True}, {"mask": "mask"}, {"key_mask": "key_mask"}],
                          ids=lambda g: next(iter(g)))
 def test_variant_layer_refuses_a_mask_it_would_ignore(given):
-    """VariantLayer keeps TrainableLayer's forward(x, mask, key_mask, causal) signature but attends
+    """VariantLayer keeps TrainableLayer's forward(x, *, mask, key_mask, causal) signature but attends
     over every token (bug caught: a mask or causal=True was accepted and silently ignored, the
     output equal to the unmasked one)."""
     layer = RecallModel(Spec(layers=1), TASK.keys, TASK.values, seed=0).layers[0]
@@ -110,7 +110,7 @@ def test_variant_layer_refuses_a_mask_it_would_ignore(given):
     name = next(iter(given))
     with pytest.raises(ValueError, match=name):
         layer(x, **kwargs)
-    assert layer(x).shape == x.shape                    # without them it still runs
+    assert layer(x).output.shape == x.shape             # without them it still runs
 
 
 def test_variants_share_initial_weights():

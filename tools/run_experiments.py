@@ -20,7 +20,7 @@ sees none).
 
 ``--recheck``: re-train every comparison run of the stored experiments (``--only``; the learning
 rates the stored files chose, no tuning) and write files of the same form to ``--out``. `make
-experiments-recheck` runs it (for E1) under torch's portable CPU kernels into data/experiments/portable/.
+experiments-recheck` runs it (every experiment) under torch's portable CPU kernels into data/experiments/portable/.
 """
 
 from __future__ import annotations
@@ -270,10 +270,10 @@ def recheck(args) -> int:
     from attnref.training import results
 
     start = time.perf_counter()
-    chosen = [s.strip().upper() for s in args.only.split(",") if s.strip()] or ["E1"]
+    plan = ex.load_plan(args.plan)
+    chosen = [s.strip().upper() for s in args.only.split(",") if s.strip()] or list(ex.settings(plan))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    plan = ex.load_plan(args.plan)
     print(f"recheck on torch's {torch.backends.cpu.get_cpu_capability()} kernels "
           f"(MKL_ENABLE_INSTRUCTIONS={os.environ.get('MKL_ENABLE_INSTRUCTIONS', 'unrestricted')})", flush=True)
     stored = {e: results.load(e, args.stored) for e in chosen}

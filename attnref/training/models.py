@@ -40,9 +40,9 @@ from dataclasses import dataclass
 
 import torch
 
-from attnref.attention import attention_from_scores, cosine_attention, scaled_dot_product_attention
-from attnref.blocks import TrainableLayer
-from attnref.layers import EncoderLayer, LayerNormParams, feed_forward, gelu, layer_norm, relu
+from attnref.attention import AttentionResult, attention_from_scores, cosine_attention, scaled_dot_product_attention
+from attnref.blocks import TrainableLayer, Variant, encoder_layer
+from attnref.layers import EncoderLayer, LayerNormParams, gelu, layer_norm, relu
 from attnref.multihead import head_projections, multi_head_attention
 
 Tensor = torch.Tensor
@@ -86,14 +86,25 @@ class Spec:
 
 
 _SIGMA = {"identity": lambda t: t, "relu": relu, "gelu": gelu}
+# Each placement as attnref's layer variant (attnref.blocks.Variant): the one place a residual
+# layer is assembled; VariantLayer only swaps in its attention (Variant.attention).
+_PLACEMENT = {
+    "pre": dict(norm="pre"),                                   # x + MHA(LN(x)), y + FFN(LN(y))
+    "post": dict(norm="post"),                                 # LN(x + MHA(x)), LN(y + FFN(y))
+    "post_relu": dict(norm="post", activation="relu"),         # ReLU(LN(x + MHA(x))), …: ReLU after Add & Norm
+    "post_branch_relu": dict(norm="post", branch_input="relu"),  # LN(x + MHA(ReLU(x))), …: ReLU inside the branch
+}
 
 
 class VariantLayer(TrainableLayer):
-    """attnref's :class:`TrainableLayer` with a chosen LayerNorm placement and attention variant."""
+    """attnref's :class:`TrainableLayer` with a chosen LayerNorm placement and attention variant:
+    the layer is attnref's :func:`~attnref.blocks.encoder_layer` in the :class:`~attnref.blocks.Variant`
+    of ``spec.placement``, with :meth:`attention` as the variant's attention sublayer."""
 
     def __init__(self, weights: EncoderLayer, spec: Spec, generator: torch.Generator):
         super().__init__(weights)
         self.spec = spec
+        self.variant = Variant(**_PLACEMENT[spec.placement], attention=self.attention)
         h, d, d_k = spec.h, spec.d, spec.d // spec.h
         if spec.scores == "cosine_learned":
             # QK-norm: a learned inverse temperature per head, β = e^s, initialised at β = √d_k
@@ -117,11 +128,15 @@ class VariantLayer(TrainableLayer):
         self.record_scores = False        # keep the last scores (E6's logit and entropy measurements)
         self.last_scores: Tensor | None = None
 
-    def attend(self, x: Tensor, weights: EncoderLayer) -> Tensor:
-        spec, attention = self.spec, weights.attention
+    def attention(self, x: Tensor, *, weights, mask: Tensor | None = None, key_mask: Tensor | None = None,
+                  causal: bool = False) -> AttentionResult:
+        """The attention sublayer of the variant (``weights``: the layer's MultiHeadWeights): output
+        ``(B, n, d)`` after W_O, and the attention weights ``(B, h, n, n)``. The recall model
+        attends over every token (:meth:`forward` refuses masks)."""
+        spec, attention = self.spec, weights
         plain = spec.qkv_activation == "identity" and spec.scores == "dot" and not spec.gate
         if plain and not self.record_scores:
-            return multi_head_attention(x, weights=attention).output          # attnref's own MHA
+            return multi_head_attention(x, weights=attention)                # attnref's own MHA
         q, k, v = head_projections(x, weights=attention)                       # (B, h, n, d_k) each
         sigma = _SIGMA[spec.qkv_activation]
         on = spec.sigma_on
@@ -153,10 +168,10 @@ class VariantLayer(TrainableLayer):
             output = output * g.unflatten(-1, (spec.h, -1)).transpose(-3, -2)
         merged = output.transpose(-3, -2).flatten(-2)                   # (B, n, h·d_v)
         out = merged @ attention.w_o
-        return out if attention.b_o is None else out + attention.b_o
+        return AttentionResult(out if attention.b_o is None else out + attention.b_o, heads.weights)
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, key_mask: Tensor | None = None,
-                causal: bool = False) -> Tensor:
+    def forward(self, x: Tensor, *, mask: Tensor | None = None, key_mask: Tensor | None = None,
+                causal: bool = False) -> AttentionResult:
         # The parameters keep TrainableLayer's signature, but the recall model attends over
         # every token: a mask or causal flag would be ignored, so it is refused instead.
         for name, given in (("mask", mask is not None), ("key_mask", key_mask is not None),
@@ -164,19 +179,7 @@ class VariantLayer(TrainableLayer):
             if given:
                 raise ValueError(f"VariantLayer does not support {name}: the recall model "
                                  "attends over every token")
-        w = self.weights()
-        placement = self.spec.placement
-        if placement == "pre":                                         # x + MHA(LN(x)), y + FFN(LN(y))
-            y = x + self.attend(layer_norm(x, w.norm_1), w)
-            return y + feed_forward(layer_norm(y, w.norm_2), w.ffn)
-        if placement == "post_branch_relu":                            # LN(x + MHA(ReLU(x))), …
-            y = layer_norm(x + self.attend(relu(x), w), w.norm_1)
-            return layer_norm(y + feed_forward(relu(y), w.ffn), w.norm_2)
-        y = layer_norm(x + self.attend(x, w), w.norm_1)                # post-LN: LN(x + MHA(x))
-        if placement == "post_relu":
-            y = relu(y)                                                # ReLU after Add & Norm
-        z = layer_norm(y + feed_forward(y, w.ffn), w.norm_2)
-        return relu(z) if placement == "post_relu" else z
+        return encoder_layer(x, weights=self.weights(), variant=self.variant)
 
 
 class RecallModel(torch.nn.Module):
@@ -231,7 +234,7 @@ class RecallModel(torch.nn.Module):
         spec = self.spec
         if spec.body == "attention":
             for layer in self.layers:
-                x = layer(x)
+                x = layer(x).output
             out = x[:, -1]                                             # the query position
         elif spec.body == "token_mlp":
             t = x[:, -1]                                               # per token: the query's own
