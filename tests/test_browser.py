@@ -48,9 +48,7 @@ import gzip
 import http.server
 import io
 import json
-import os
 import re
-import subprocess
 import sys
 import threading
 import time
@@ -62,6 +60,8 @@ from pathlib import Path
 from urllib.parse import unquote, urldefrag, urlsplit
 
 import pytest
+
+import site_build                              # tests/site_build.py
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,20 +102,9 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
-    """The built HTML: ``$ATTENTION_CLAIMS_SITE`` if set, else a private build of the book."""
-    if os.environ.get("ATTENTION_CLAIMS_SITE"):
-        html = Path(os.environ["ATTENTION_CLAIMS_SITE"]).resolve()
-        assert (html / "index.html").exists(), f"ATTENTION_CLAIMS_SITE={html} holds no built site"
-        return html
-    out = tmp_path_factory.mktemp("book")
-    jupyter_book = Path(sys.executable).with_name("jupyter-book")
-    result = subprocess.run([str(jupyter_book), "build", str(ROOT), *BOOK_FLAGS, "--path-output", str(out)],
-                            cwd=ROOT, capture_output=True, text=True)
-    log = re.sub(r"\x1b\[[0-9;]*m", "", result.stdout + result.stderr)
-    problems = [line for line in log.splitlines() if "WARNING" in line or "ERROR" in line]
-    assert result.returncode == 0, ("the book does not build with -n -W --keep-going:\n"
-                                    + "\n".join(problems[:40] or log.splitlines()[-60:]))
-    return out / "_build" / "html"
+    """The built HTML: ``$ATTENTION_CLAIMS_SITE`` if set, else this test run's private build of the
+    book (tests/site_build.py: one build shared with the claims-index and PDF tests)."""
+    return site_build.built_site(tmp_path_factory)
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):

@@ -19,12 +19,12 @@ import functools
 import http.server
 import os
 import re
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import pytest
+
+import site_build                              # tests/site_build.py
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
@@ -43,16 +43,7 @@ pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="no Chromium at /u
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
-    if os.environ.get("ATTENTION_CLAIMS_SITE"):
-        html = Path(os.environ["ATTENTION_CLAIMS_SITE"]).resolve()
-        assert (html / "index.html").exists(), f"ATTENTION_CLAIMS_SITE={html} holds no built site"
-        return html
-    out = tmp_path_factory.mktemp("book")
-    jupyter_book = Path(sys.executable).with_name("jupyter-book")
-    result = subprocess.run([str(jupyter_book), "build", str(ROOT), *BOOK_FLAGS, "--path-output", str(out)],
-                            cwd=ROOT, capture_output=True, text=True)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
-    return out / "_build" / "html"
+    return site_build.built_site(tmp_path_factory)   # one build per test run (tests/site_build.py)
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):

@@ -22,11 +22,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+import site_build                              # tests/site_build.py
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
@@ -43,14 +44,7 @@ pytestmark = pytest.mark.skipif(not make_pdf.CHROMIUM.exists(),
 
 
 def _site(tmp_path_factory) -> Path:
-    if os.environ.get("ATTENTION_CLAIMS_SITE"):
-        return Path(os.environ["ATTENTION_CLAIMS_SITE"]).resolve()
-    out = tmp_path_factory.mktemp("book")
-    jupyter_book = Path(sys.executable).with_name("jupyter-book")
-    result = subprocess.run([str(jupyter_book), "build", str(ROOT), *BOOK_FLAGS, "--path-output", str(out)],
-                            cwd=ROOT, capture_output=True, text=True)
-    assert result.returncode == 0, "the book does not build:\n" + (result.stdout + result.stderr)[-4000:]
-    return out / "_build" / "html"
+    return site_build.built_site(tmp_path_factory)   # one build per test run (tests/site_build.py)
 
 
 @pytest.fixture(scope="module")
