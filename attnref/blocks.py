@@ -60,7 +60,7 @@ class Variant:
     ``ffn``: the FFN sublayer follows the attention (without it the layer ends after attention).
     ``activation``: ``"relu"`` is applied to the stream after each sublayer (after the sum, after
     the normalisation in ``"post"``), ``"identity"`` leaves it. ``branch_input``: ``"relu"`` is
-    applied to each branch's input (after the pre-norm in ``"pre"``): :math:`x + f(\mathrm{ReLU}(x))`
+    applied to each branch's input (after the pre-norm in ``"pre"``): :math:`x + f(\\mathrm{ReLU}(x))`
     keeps the identity path linear. ``attention``: the attention
     sublayer, a function ``(x, *, weights, mask, key_mask, causal) -> AttentionResult`` of the
     layer's attention weights (default :func:`attnref.multi_head_attention`) — the hook for other

@@ -65,7 +65,7 @@ Tensor = torch.Tensor
 #: Relative offsets t at which the per-head family W(t) = W_Q R_t W_Kᵀ is measured.
 OFFSETS = (0, 1, 2, 4, 8, 32, 128)
 #: The source files whose code produces the stored numbers (their hash is stored with them).
-SOURCES = ("attnref/decoder.py", "attnref/rope.py", "attnref/attention.py", "attnref/models/smollm.py",
+SOURCES = ("attnref/decoder.py", "attnref/blocks.py", "attnref/rope.py", "attnref/attention.py", "attnref/models/smollm.py",
            "attnref/analysis/decoder_measure.py", "attnref/analysis/texts.py")
 DATA = Path("data") / "smollm2-measurements"
 #: The folder that holds the ``attnref`` package: the repository (editable install), or
