@@ -60,7 +60,7 @@ def _claim_row(book: Book, cid: str, models: list[str]) -> list[str]:
         link = _doc(cid, chapter.notebook)
     else:
         link = cid
-    statement = escape(claim.statement)
+    statement = inline(claim.statement)          # MyST inline: the statement's $…$ maths typeset
     if record is None:
         return [link, statement, _badge(None), "", *("" for _ in models)]
     verdict = _badge(record.verdict)
@@ -113,7 +113,7 @@ def _compact_row(book: Book, cid: str, models: list[str], reasons: dict | None =
         link = _doc(cid, chapter.notebook)
     else:
         link = cid
-    statement = [escape(claim.statement)]
+    statement = [inline(claim.statement)]        # MyST inline: maths typeset
     if record is not None:
         statement += ["", *_fold(book, cid, record, models, reasons)]
     cells = [[link], statement, [_badge(record.verdict if record else None)]]

@@ -167,7 +167,7 @@ def render_chapter_top(book: Book, answers: dict, notebook: str) -> str:
     rows = []
     for v in scan.verdicts:
         link = _ref(_label(v, compact=True), v.target) if v.target in scan.targets else escape(_label(v, compact=True))
-        statement = escape(registry.CLAIMS[v.id].statement) if v.id in registry.CLAIMS else ""
+        statement = inline(registry.CLAIMS[v.id].statement) if v.id in registry.CLAIMS else ""
         rows.append([link, statement, _badge(v.verdict), short_reason(answers, v)])
     lines = _container(_table(["ID", "Claim", "Verdict", "Why"], rows, ["l", "l", "l", "l"]),
                        "claims-table chapter-verdicts")
