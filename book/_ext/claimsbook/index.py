@@ -49,17 +49,22 @@ def _model_cell(book: Book, cid: str, model: str) -> str:
     return f"{badge} {_ref('why', v.target)}" if _placed(book, v) else badge
 
 
-def _claim_row(book: Book, cid: str, models: list[str]) -> list[str]:
-    claim = registry.CLAIMS[cid]
-    chapter = registry.CHAPTERS[claim.chapter]
+def _claim_link(book: Book, cid: str):
+    """A claim's one recorded verdict (None if it has none or several) and the link of its ID: to
+    its verdict's section when placed, else to its chapter once written, else the bare ID."""
+    chapter = registry.CHAPTERS[registry.CLAIMS[cid].chapter]
     records = book.records(cid)
     record = records[0] if len(records) == 1 else None
     if record is not None and _placed(book, record):
-        link = _ref(cid, record.target)
-    elif book.scan_of(chapter.notebook) is not None:
-        link = _doc(cid, chapter.notebook)
-    else:
-        link = cid
+        return record, _ref(cid, record.target)
+    if book.scan_of(chapter.notebook) is not None:
+        return record, _doc(cid, chapter.notebook)
+    return record, cid
+
+
+def _claim_row(book: Book, cid: str, models: list[str]) -> list[str]:
+    claim = registry.CLAIMS[cid]
+    record, link = _claim_link(book, cid)
     statement = inline(claim.statement)          # MyST inline: the statement's $…$ maths typeset
     if record is None:
         return [link, statement, _badge(None), "", *("" for _ in models)]
@@ -104,15 +109,7 @@ def _compact_row(book: Book, cid: str, models: list[str], reasons: dict | None =
     """One claim as list-table cells (each a list of lines): ID, claim (and its folded detail),
     verdict, one column per trained model."""
     claim = registry.CLAIMS[cid]
-    chapter = registry.CHAPTERS[claim.chapter]
-    records = book.records(cid)
-    record = records[0] if len(records) == 1 else None
-    if record is not None and _placed(book, record):
-        link = _ref(cid, record.target)
-    elif book.scan_of(chapter.notebook) is not None:
-        link = _doc(cid, chapter.notebook)
-    else:
-        link = cid
+    record, link = _claim_link(book, cid)
     statement = [inline(claim.statement)]        # MyST inline: maths typeset
     if record is not None:
         statement += ["", *_fold(book, cid, record, models, reasons)]
