@@ -79,6 +79,19 @@ def _pool(jobs):
     return mp.get_context("fork").Pool(jobs)
 
 
+def _train_all(jobs, desc: str, workers: int) -> dict:
+    """Every job of a list once, on up to two worker processes, with one progress bar."""
+    bar = tqdm(total=len(jobs), desc=desc, unit="run", file=sys.stderr, mininterval=2.0)
+    pool = _pool(max(1, min(2, workers)))
+    try:
+        return _map(pool, jobs, bar)
+    finally:
+        bar.close()
+        if pool:
+            pool.close()
+            pool.join()
+
+
 def _selected(args) -> list[str]:
     chosen = [s.strip().upper() for s in args.only.split(",") if s.strip()]
     return chosen or list(ex.IDS)
@@ -229,16 +242,8 @@ def pilot(args) -> int:
                 s = ex.Setting(**{**s.__dict__, "checkpoints": tuple(range(every, s.steps + 1, every))})
                 for seed in design["pilot_seeds"]:
                     jobs.append(((e, s.variant, seed), s, seed, s.lr or lr_mid))
-    bar = tqdm(total=len(jobs), desc="pilot", unit="run", file=sys.stderr, mininterval=2.0)
-    pool = _pool(max(1, min(2, args.jobs)))
     start = time.perf_counter()
-    try:
-        runs = _map(pool, jobs, bar)
-    finally:
-        bar.close()
-        if pool:
-            pool.close()
-            pool.join()
+    runs = _train_all(jobs, "pilot", args.jobs)
     data = {"plan_draft_sha256": ex.plan_hash(args.plan), "training_code_hash": training_code_hash(),
             "machine": provenance.machine(), "lr": lr_mid, "steps": steps, "every": every,
             "seconds": round(time.perf_counter() - start, 1), "runs": [
@@ -282,15 +287,7 @@ def recheck(args) -> int:
         for j, s in enumerate(ex.settings(plan)[e]):
             lr = results.setting(stored[e], s.variant, s.group)["lr"]
             jobs_ += [((e, j, seed), s, seed, lr) for seed in stored[e]["seeds"]]
-    bar = tqdm(total=len(jobs_), desc="recheck", unit="run", file=sys.stderr, mininterval=2.0)
-    pool = _pool(max(1, min(2, args.jobs)))
-    try:
-        runs = _map(pool, jobs_, bar)
-    finally:
-        bar.close()
-        if pool:
-            pool.close()
-            pool.join()
+    runs = _train_all(jobs_, "recheck", args.jobs)
     for e in chosen:
         settings = ex.settings(plan)[e]
         data = {**{k: v for k, v in stored[e].items() if k != "settings"},
