@@ -1,5 +1,6 @@
 """One private build of the book per test run, shared by the tests that need a built site
-(tests/test_browser.py, tests/test_browser_claims.py, tests/test_pdf.py).
+(tests/test_browser.py, tests/test_browser_claims.py, tests/test_pdf.py), and the local server
+they read it through (:func:`serve`).
 
 ``$ATTENTION_CLAIMS_SITE`` names an existing build instead. Under pytest-xdist the workers of one
 run share ``PYTEST_XDIST_TESTRUNUID``: the first worker to ask builds into a folder named after
@@ -10,19 +11,27 @@ Folders of earlier runs older than a day are removed.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import functools
+import gzip
+import http.server
+import io
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK_FLAGS = ("-n", "-W", "--keep-going")
 _PREFIX = "attention-claims-site-"
+#: Served gzip-compressed to a client that accepts it, as GitHub Pages serves them.
+COMPRESSED = {".html", ".js", ".css", ".svg", ".json", ".txt", ".xml", ".ipynb", ".md", ".inv"}
 
 
 def _build(out: Path) -> Path:
@@ -63,3 +72,60 @@ def built_site(tmp_path_factory) -> Path:
             _build(shared)
             (shared / ".built").write_text("ok\n")
         return html
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"   # keep-alive: one connection for a page's many assets
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def send_head(self):
+        """Text files go out gzip-compressed to a client that accepts it, as GitHub Pages sends
+        them; everything else (images, fonts, directories) as the standard handler sends it."""
+        path = Path(self.translate_path(self.path))
+        if (path.suffix not in COMPRESSED or not path.is_file()
+                or "gzip" not in self.headers.get("Accept-Encoding", "")):
+            return super().send_head()
+        body = _gzipped(str(path), path.stat().st_mtime_ns)
+        self.send_response(200)
+        self.send_header("Content-Type", self.guess_type(str(path)))
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        return io.BytesIO(body)
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        if ok and not self.path.startswith("/"):   # proxy form (Chromium's proxy is this server)
+            self.server.proxied.append(f"{self.command} {self.path}")
+        return ok
+
+
+@functools.lru_cache(maxsize=512)
+def _gzipped(path: str, mtime_ns: int) -> bytes:
+    return gzip.compress(Path(path).read_bytes(), compresslevel=6, mtime=0)
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    proxied: list[str]    # requests for other hosts that reached this server as their proxy
+
+    def handle_error(self, request, client_address) -> None:
+        """A connection the browser drops when it leaves a page is not an error of the site."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+@contextlib.contextmanager
+def serve(directory: Path):
+    """Serve ``directory`` on 127.0.0.1 from a thread; yields the base URL and the list of
+    requests for other hosts that arrived here as their proxy."""
+    httpd = _Server(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(directory)))
+    httpd.proxied = []
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/", httpd.proxied
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

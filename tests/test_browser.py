@@ -42,15 +42,8 @@ crawl's timings.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
-import gzip
-import http.server
-import io
 import json
 import re
-import sys
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -70,7 +63,6 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
                  "--no-first-run", "--disable-component-update", "--disable-sync", "--disable-quic"]
 BOOK_FLAGS = ["-n", "-W", "--keep-going"]   # the flags of `make book`
 ARTEFACTS = ROOT / "_build" / "browser"
-HOST = "127.0.0.1"
 WIDTHS = (1400, 400)   # desktop and phone viewport widths of the layout crawl
 ASPECT_TOLERANCE = 0.02
 MAX_CODE_SHARE = 0.25
@@ -86,8 +78,6 @@ SEARCHES = {
         {"notebooks/05-multi-head", "notebooks/06-trained-model", "notebooks/06b-trained-decoder",
          "notebooks/08-training"},
 }
-#: Text files the server compresses (GitHub Pages compresses these types).
-COMPRESSED = {".html", ".js", ".css", ".svg", ".json", ".txt", ".xml", ".ipynb", ".md", ".inv"}
 TABS = 2   # pages open at once
 REFRESH = re.compile(r"<meta[^>]+http-equiv=[\"']?refresh", re.IGNORECASE)
 
@@ -107,67 +97,10 @@ def site(tmp_path_factory) -> Path:
     return site_build.built_site(tmp_path_factory)
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"   # keep-alive: one connection for a page's many assets
-
-    def log_message(self, *args) -> None:
-        pass
-
-    def send_head(self):
-        """Text files go out gzip-compressed to a client that accepts it, as GitHub Pages sends
-        them; everything else (images, fonts, directories) as the standard handler sends it."""
-        path = Path(self.translate_path(self.path))
-        if (path.suffix not in COMPRESSED or not path.is_file()
-                or "gzip" not in self.headers.get("Accept-Encoding", "")):
-            return super().send_head()
-        body = _gzipped(str(path), path.stat().st_mtime_ns)
-        self.send_response(200)
-        self.send_header("Content-Type", self.guess_type(str(path)))
-        self.send_header("Content-Encoding", "gzip")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        return io.BytesIO(body)
-
-    def parse_request(self) -> bool:
-        ok = super().parse_request()
-        if ok and not self.path.startswith("/"):   # proxy form (Chromium's proxy is this server)
-            self.server.proxied.append(f"{self.command} {self.path}")
-        return ok
-
-
-@functools.lru_cache(maxsize=512)
-def _gzipped(path: str, mtime_ns: int) -> bytes:
-    return gzip.compress(Path(path).read_bytes(), compresslevel=6, mtime=0)
-
-
-class _Server(http.server.ThreadingHTTPServer):
-    proxied: list[str]    # requests for other hosts that reached this server as their proxy
-
-    def handle_error(self, request, client_address) -> None:
-        """A connection the browser drops when it leaves a page is not an error of the site."""
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
-
-
 @pytest.fixture(scope="module")
 def server(site: Path):
-    with _serve(site) as (url, _):
+    with site_build.serve(site) as (url, _):
         yield url
-
-
-@contextlib.contextmanager
-def _serve(directory: Path):
-    """Serve ``directory`` on 127.0.0.1 from a thread; yields the base URL and the list of
-    requests for other hosts that arrived here as their proxy."""
-    httpd = _Server((HOST, 0), functools.partial(_QuietHandler, directory=str(directory)))
-    httpd.proxied = []
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://{HOST}:{httpd.server_address[1]}/", httpd.proxied
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
 
 
 def html_pages(site: Path) -> list[str]:
@@ -393,7 +326,7 @@ def test_the_crawl_catches_requests_to_other_hosts(tmp_path: Path) -> None:
         "<!doctype html><html><head><link rel='icon' href='data:,'>"
         f"<link rel='stylesheet' href='{outside[2]}'></head>"
         f"<body><p>text</p><img src='{outside[0]}'><script src='{outside[1]}'></script></body></html>")
-    with _serve(tmp_path) as (url, proxied):
+    with site_build.serve(tmp_path) as (url, proxied):
         result = asyncio.run(_crawl(playwright_api, tmp_path, url))
     assert sorted(external for _, external in result.external) == sorted(outside)
     assert result.pages["page.html"].broken_images == [outside[0]]

@@ -14,12 +14,8 @@ which starts the browser and serves the site the same way: no request leaves 127
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import http.server
 import os
 import re
-import threading
 from pathlib import Path
 
 import pytest
@@ -28,7 +24,6 @@ import site_build                              # tests/site_build.py
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
-HOST = "127.0.0.1"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--no-first-run", "--disable-component-update", "--disable-sync", "--disable-quic"]
 BOOK_FLAGS = ["-n", "-W", "--keep-going"]
@@ -44,23 +39,6 @@ pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="no Chromium at /u
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     return site_build.built_site(tmp_path_factory)   # one build per test run (tests/site_build.py)
-
-
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args) -> None:
-        pass
-
-
-@contextlib.contextmanager
-def _serve(directory: Path):
-    httpd = http.server.ThreadingHTTPServer((HOST, 0), functools.partial(_Quiet, directory=str(directory)))
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://{HOST}:{httpd.server_address[1]}/"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
 
 
 MEASURE = """() => {
@@ -115,7 +93,7 @@ def _shots() -> Path:
 async def _measure(site: Path) -> dict:
     facts: dict = {}
     shots = _shots()
-    with _serve(site) as base:
+    with site_build.serve(site) as (base, _):
         async with playwright_api.async_playwright() as playwright:
             browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
                                                        args=[*CHROMIUM_ARGS, f"--proxy-server={base.rstrip('/')}"])
