@@ -42,7 +42,8 @@ DOWNLOADS = Path(os.environ.get("ATTENTION_CLAIMS_DOWNLOADS", ROOT / "_build" / 
 FILES = [
     ("attention-claims.pdf", "The whole book as one PDF (rendered math and figures)", "make pdf"),
     ("attention-claims-bundle.zip",
-     "Every notebook, attnref as a wheel, the lock file and a README: run the book on your machine",
+     "Every notebook, attnref as a wheel, the stored results chapters 6b and 8 read, the reader lock "
+     "and a README: run the book on your machine",
      "make bundle"),
 ]
 #: The questions a reader types that each chapter answers (the words of the search index's
