@@ -9,6 +9,7 @@ import pytest
 import sympy as sp
 import torch
 
+import attnref
 from attnref import counts
 
 
@@ -175,3 +176,62 @@ def test_absorbed_order_bad_flags():
         counts.score_multiply_adds(4, 8, 2, absorbed="yes")
     with pytest.raises(ValueError, match="fused and absorbed are two different orders"):
         counts.score_multiply_adds(4, 8, 2, fused=True, absorbed=True)
+
+
+# --- every count against the parameters actually allocated (issue 38, item 7) ----------------
+# torch's modules always have h·d_v = d and d_k = d_v, where W^O is d × d: a count that takes W^O
+# as d² passes every torch comparison. attnref's MultiHeadWeights allocate any d_k, d_v, so
+# counting their numbers is an oracle for the layers torch cannot build.
+
+def allocated(weights) -> int:
+    """The numbers a MultiHeadWeights holds: every projection, W^O and every bias."""
+    return sum(t.numel() for t in (weights.w_q, weights.w_k, weights.w_v, weights.w_o,
+                                   weights.b_q, weights.b_k, weights.b_v, weights.b_o) if t is not None)
+
+
+def test_the_issue_example_counts_286_allocated_numbers():
+    weights = attnref.MultiHeadWeights.random(8, 2, 3, 5)          # d = 8, h = 2, d_k = 3, d_v = 5
+    assert allocated(weights) == 286
+    assert counts.attention_parameter_count(8, 2, 3, 5) == 286     # W^O as d² would say 270
+    # the same sum by hand: W_Q, W_K (2·8·3 each), W_V (2·8·5), W^O (2·5 × 8), biases 3+3+5 per head, b_O
+    assert 2 * (8 * 3 + 8 * 3 + 8 * 5) + (2 * 5) * 8 + 2 * (3 + 3 + 5) + 8 == 286
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("d, h, d_k, d_v", [(8, 2, 3, 5), (8, 2, None, None), (12, 3, 4, 7), (6, 4, 5, 2),
+                                            (16, 1, 2, 16), (10, 5, 1, 3)])
+def test_attention_count_equals_the_allocated_parameters(d, h, d_k, d_v, bias):
+    weights = attnref.MultiHeadWeights.random(d, h, d_k, d_v, bias=bias)
+    assert counts.attention_parameter_count(d, h, d_k, d_v, bias=bias) == allocated(weights)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_layer_counts_equal_the_allocated_parameters_with_h_dv_not_d(bias):
+    """An encoder layer with h·d_v ≠ d: attnref's attention weights plus torch's FFN and LayerNorms."""
+    d, h, d_k, d_v, d_ff = 8, 2, 3, 5, 16
+    attention = allocated(attnref.MultiHeadWeights.random(d, h, d_k, d_v, bias=bias))
+    ffn = numel(torch.nn.Sequential(torch.nn.Linear(d, d_ff, bias=bias), torch.nn.Linear(d_ff, d, bias=bias)))
+    norm = numel(torch.nn.LayerNorm(d, bias=bias))
+    assert counts.encoder_layer_parameter_count(d, h, d_ff, d_k, d_v, bias=bias) == attention + ffn + 2 * norm
+    assert counts.decoder_layer_parameter_count(d, h, d_ff, d_k, d_v, bias=bias) == 2 * attention + ffn + 3 * norm
+    config = counts.TransformerConfig(n_layers=2, d=d, d_ff=d_ff, h=h, d_k=d_k, d_v=d_v, vocab=0, bias=bias)
+    parts = counts.transformer_parameter_count(config)
+    assert parts["encoder"] == 2 * (attention + ffn + 2 * norm)
+    assert parts["decoder"] == 2 * (2 * attention + ffn + 3 * norm)
+
+
+def test_a_count_with_w_o_as_d_squared_fails_here(monkeypatch):
+    """The issue's mutant: W^O counted as d × d. It agrees with every torch module (h·d_v = d)
+    and must fail the allocated-parameter comparison."""
+    def w_o_as_d_squared(d, h, d_k=None, d_v=None, bias=True):
+        d_k = d // h if d_k is None else d_k
+        d_v = d // h if d_v is None else d_v
+        return h * (2 * d * d_k + d * d_v) + d * d + (h * (2 * d_k + d_v) + d if bias else 0)
+
+    assert w_o_as_d_squared(512, 8) == counts.attention_parameter_count(512, 8)   # torch cannot tell
+    assert w_o_as_d_squared(8, 2, 3, 5) == 270
+    monkeypatch.setattr(counts, "attention_parameter_count", w_o_as_d_squared)
+    with pytest.raises(AssertionError):
+        test_attention_count_equals_the_allocated_parameters(8, 2, 3, 5, True)
+    with pytest.raises(AssertionError):
+        test_layer_counts_equal_the_allocated_parameters_with_h_dv_not_d(True)
