@@ -104,6 +104,43 @@ def _mha_scaled_by_model_width(real):
     return mutant
 
 
+def _sdpa_scaled_by_value_width(query, key, value, *, mask=None, key_mask=None, causal=False, scale=None):
+    """The default scale taken from the value width, 1/√d_v, instead of the key width 1/√d_k."""
+    if scale is None:
+        scale = 1 / math.sqrt(value.shape[-1])
+    return _REAL_SDPA(query, key, value, mask=mask, key_mask=key_mask, causal=causal, scale=scale)
+
+
+def _with_sdpa_scaled_by_value_width(monkeypatch):
+    for module in (attnref, attnref.attention, attnref.multihead):
+        monkeypatch.setattr(module, "scaled_dot_product_attention", _sdpa_scaled_by_value_width)
+
+
+def test_the_scale_mutant_is_a_real_bug_only_when_d_v_differs_from_d_k(monkeypatch):
+    gen = torch.Generator().manual_seed(6)
+    q, k = torch.randn(5, 4, generator=gen, dtype=torch.float64), torch.randn(7, 4, generator=gen, dtype=torch.float64)
+    v_same, v_other = (torch.randn(7, w, generator=gen, dtype=torch.float64) for w in (4, 3))
+    for v, differs in ((v_same, False), (v_other, True)):
+        reference = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        gap = (_sdpa_scaled_by_value_width(q, k, v).output - reference).abs().max().item()
+        assert (gap > 1e-6) is differs, (v.shape, gap)
+
+
+def test_q4_catches_a_default_scale_from_d_v(monkeypatch):
+    # issue 38, item 6: with d_k = d_v in every head chapter 1 passed completely with this bug
+    _with_sdpa_scaled_by_value_width(monkeypatch)
+    verdict, checks = run_section("Q4")
+    assert_caught("Q4", verdict, checks, "max over α of |attnref − torch| of the softmax output")
+
+
+def test_q2_catches_a_default_scale_from_d_v(monkeypatch):
+    _with_sdpa_scaled_by_value_width(monkeypatch)
+    verdict, checks = run_section("Q2")
+    assert_caught("Q2", verdict, checks, "d_k = 4 ≠ d_v = 3: max |attnref − torch SDPA per head")
+    # torch's MultiheadAttention (d_k = d_v) alone could not see it
+    assert "max |attnref − torch| of the cross-attention output and weights (h = 2)" not in failing(checks)
+
+
 def test_q1_catches_a_transposed_fused_weight(monkeypatch):
     real = attnref.luong_general_scores
     monkeypatch.setattr(attnref, "luong_general_scores", lambda q, k, *, weight: real(q, k, weight=weight.T))
