@@ -96,7 +96,9 @@ def test_the_answers_cover_chapters_1_to_8_and_both_models() -> None:
     assert all(found), [k for k, v in zip(keys, found) if v is None]
     chapters = {claims.CLAIMS[v.id].chapter for v in found}
     assert chapters >= set(range(1, 9)), f"no answer links chapter(s) {set(range(1, 9)) - chapters}"
-    assert {v.model for v in found if v.model} == set(claims.MODELS)
+    # the trained models the answers cite (a model added to the registry may come without an answer yet)
+    cited_models = {v.model for v in found if v.model}
+    assert len(cited_models) >= 2 and cited_models <= set(claims.MODELS), cited_models
 
 
 def test_a_changed_verdict_makes_the_answer_and_the_reason_stale() -> None:
@@ -179,3 +181,39 @@ def test_every_chapter_has_an_answer_to_its_thread() -> None:
         assert end.startswith("## The answer to the thread"), number
         for m in CITED.finditer(end):
             assert m["verdict"] == _by_target(BOOK)[m["target"]].verdict
+
+
+def test_each_card_shows_the_claim_each_badge_judges() -> None:
+    """A badge beside a true sentence may read *does not hold* (L2: "LayerNorm is not linear"): the
+    card shows, for every verdict the answer rests on, the claim as people make it (the registry's
+    statement), so the badge never reads as a contradiction of the sentence it follows."""
+    page = pages.render_answers_page(BOOK, ANSWERS)
+    cards = page.split("::::{card}")[1:]
+    assert len(cards) == len(ANSWERS["threads"])
+    for thread, card in zip(ANSWERS["threads"], cards):
+        judged = card.split("*What each badge judges*")[1].split("*Every claim on this question:*")[0]
+        for key in thread["rests_on"]:
+            v = pages.lookup(BOOK, key)
+            statement = index.inline(claims.CLAIMS[v.id].statement)
+            line = next((ln for ln in judged.splitlines() if f"<{v.target}>`" in ln), None)
+            assert line is not None, f"{thread['id']}: {key}'s badge has no claim beside it"
+            assert f"`{v.verdict}`" in line and statement in line, line
+    # a recheck says on which model it was rechecked
+    assert "Rechecked on SmolLM2 decoder's trained weights" in page
+
+
+def test_measured_at_follows_the_recorded_reason() -> None:
+    """The depth a training verdict was measured at comes from the recorded reason, not from the card."""
+    e2 = BOOK.records("E2")[0]
+    for reason, shown in [("At depth 2 the gain is -0.6.", "depth 2"), ("at depths 2, 4 and 8, none helps", "depths 2, 4 and 8"),
+                          ("No depth here.", None)]:
+        text = pages.measured_at(dataclasses.replace(e2, reason=reason))
+        assert (text == f" *(Measured at {shown}.)*") if shown else text == ""
+
+
+def test_the_glossary_defines_every_verdict_label_and_the_intro_names_them() -> None:
+    glossary = (ROOT / "book" / "glossary.md").read_text(encoding="utf-8")
+    intro = (ROOT / "book" / "intro.md").read_text(encoding="utf-8")
+    for verdict in claims.ALL_VERDICTS:
+        assert f"### {verdict}\n" in glossary, verdict
+        assert f"*{verdict}*" in intro, f"the landing page does not name the verdict {verdict!r}"

@@ -290,11 +290,16 @@ def test_verdict_box_shows_badge_reason_conditions_and_every_check(tmp_path: Pat
     box = index.render_verdict_box(book.records("M5")[0])
     claim, blank, head, *rest = box.splitlines()
     assert claim == "*The claim:* " + index.inline(claims.CLAIMS['M5'].statement) and blank == ""
-    assert head == ("{bdg-warning}`holds under conditions` **M5.** A reason with $d_k$. "
-                    "*Conditions:* a Parseval frame.")
+    # the badge links to the label's definition in the glossary (book/glossary.md holds the target)
+    assert head == ("{bdg-ref-warning}`holds under conditions <glossary-holds-under-conditions>` **M5.** "
+                    "A reason with $d_k$. *Conditions:* a Parseval frame.")
+    glossary = (ROOT / "book" / "glossary.md").read_text(encoding="utf-8")
+    for verdict in claims.ALL_VERDICTS:
+        assert f"({index.glossary_target(verdict)})=" in glossary, verdict
     # folded under "n/n checks ✓", the ✓ column first
     assert rest[1:3] == [":::::{dropdown} 2/2 checks ✓", ":class-container: evidence-fold"]
-    assert "| Passed | Check | Kind | Measured | Held to |" in rest
+    assert ("| Passed | {ref}`Check <glossary-roles>` | {ref}`Kind <glossary-kinds>` | Measured | Held to |"
+            in rest)
     assert "| ✓ | *counterexample:* a counterexample | numerical | 1 | = 1 |" in rest
     assert "| ✓ | *if a Parseval frame:* an error | parity | 0 | ≤ 10⁻¹² |" in rest
 

@@ -45,7 +45,7 @@ if str(Path(__file__).resolve().parent) not in sys.path:   # loaded by path (the
 
 from claimsbook.index import (RECHECK_CHAPTER, _check_text, _claim_row, _counts, _model_cell,  # noqa: E402,F401
                               _why, render_headline, render_index, render_rechecks)
-from claimsbook.markup import (BADGE, _badge, _container, _doc, _placed, _ref, _role_text,  # noqa: E402,F401
+from claimsbook.markup import (BADGE, _badge, glossary_target, _container, _doc, _placed, _ref, _role_text,  # noqa: E402,F401
                                _table, escape, inline, plain_title)
 from claimsbook.report import (REPORT_PATH, _notebook_title, _seconds, _status_badge,  # noqa: E402,F401
                                load_report, render_report)

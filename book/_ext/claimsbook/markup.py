@@ -43,10 +43,19 @@ BADGE = {registry.HOLDS: "bdg-success", registry.CONDITIONS: "bdg-warning", regi
          registry.PREMISE_FAILS: "bdg-secondary", registry.NOT_ESTABLISHED: "bdg-dark"}
 
 
-def _badge(verdict: str | None) -> str:
+def glossary_target(verdict: str) -> str:
+    """The glossary's section of a verdict label (book/glossary.md): ``glossary-premise-fails-here``."""
+    return "glossary-" + "-".join(verdict.split())
+
+
+def _badge(verdict: str | None, link: bool = False) -> str:
+    """A verdict's badge; ``link``: the badge links to the label's definition in the glossary."""
     if verdict is None:
         return f"{{bdg-muted-line}}`{PENDING}`"
-    return f"{{{BADGE.get(verdict, 'bdg-muted-line')}}}`{verdict}`"
+    role = BADGE.get(verdict, "bdg-muted-line")
+    if link and verdict in registry.ALL_VERDICTS:
+        return f"{{{role.replace('bdg-', 'bdg-ref-', 1)}}}`{verdict} <{glossary_target(verdict)}>`"
+    return f"{{{role}}}`{verdict}`"
 
 
 def _placed(book: Book, v: VerdictOutput) -> bool:

@@ -115,11 +115,48 @@ def _thread_claims(book: Book, thread: dict) -> str:
     return " · ".join(parts)
 
 
+def judged_claim(key: str) -> str:
+    """What the badge of ``key`` judges, in the reader's words: the claim as people make it (the
+    registry's statement); for a recheck, the same claim tested on a trained model's weights."""
+    match = KEY.match(str(key))
+    claim = registry.CLAIMS.get(match["id"]) if match else None
+    if claim is None:
+        return ""
+    text = inline(claim.statement)
+    if match["slug"]:
+        model = registry.MODELS.get(SLUG_TO_MODEL.get(match["slug"], ""))
+        text += f" *(Rechecked on {escape(model.short) if model else match['slug']}'s trained weights.)*"
+    return text
+
+
+#: Where a training experiment's recorded reason names the setting it was measured in ("At depth 2 …",
+#: "at depths 2, 4 and 8 …"): the card repeats it, so it follows the recorded verdict.
+MEASURED_AT = re.compile(r"\b[Aa]t (depths? \d+(?:(?:, | and )\d+)*)")
+
+
+def measured_at(v: VerdictOutput | None) -> str:
+    """``" *(Measured at depth 2.)*"`` if ``v``'s recorded reason names its depth(s), else ``""``."""
+    found = MEASURED_AT.search(v.reason) if v is not None else None
+    return f" *(Measured at {found[1]}.)*" if found else ""
+
+
+def _judged_list(book: Book, thread: dict) -> list[str]:
+    """Each badge of the answer beside the claim it judges (a badge under a true sentence may read
+    *does not hold*: it judges the popular claim, not the sentence)."""
+    lines = ["*What each badge judges* (the claim as people make it; {doc}`verdicts explained </book/glossary>`):", ""]
+    for key in thread.get("rests_on") or {}:
+        v = lookup(book, key)
+        lines.append(f"- {_link(book, key)} {_badge(v.verdict if v else None)} — {judged_claim(key)}{measured_at(v)}")
+    return lines + [""]
+
+
 def render_card(book: Book, thread: dict) -> list[str]:
-    """One short answer: the question, the answer with its badges, the claims that bear on it."""
+    """One short answer: the question, the answer with its badges, the claim each badge judges,
+    the claims that bear on it."""
     return [f"(answer-{thread['id']})=", "",
             f"::::{{card}} {inline(thread['question'])}", ":class-card: answer-card", "",
             render_answer_text(book, thread["answer"]), "",
+            *_judged_list(book, thread),
             f"*Every claim on this question:* {_thread_claims(book, thread)}", "::::", ""]
 
 
@@ -193,6 +230,7 @@ def render_chapter_end(book: Book, answers: dict, number: int) -> str:
     for thread in threads:
         lines += [f"**{inline(thread['question'])}**", ""]
         lines += [render_answer_text(book, thread["answer"]), ""]
+        lines += _judged_list(book, thread)
         lines += [f"*Every claim on this question:* {_thread_claims(book, thread)}. "
                   f"All five questions: {{doc}}`Short answers </book/answers>`.", ""]
     return "\n".join(lines)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .markup import _badge, _container, _table, inline
+from .markup import _badge, _container, _ref, _table, inline
 from .scan import VerdictOutput, cached_scan_book, registry, scan_notebook
 
 
@@ -37,7 +37,7 @@ def render_verdict_box(v: VerdictOutput, math_labels=()) -> str:
     where = f" on {registry.MODELS[v.model].short}" if v.model in registry.MODELS else ""
     # the popular claim the badge judges (under a true proposition the badge may read "does not hold")
     claim = f"*The claim:* {inline(registry.CLAIMS[v.id].statement)}" if v.id in registry.CLAIMS else ""
-    head = f"{_badge(v.verdict)} **{v.id}{where}.** {' '.join(v.reason.split())}"
+    head = f"{_badge(v.verdict, link=True)} **{v.id}{where}.** {' '.join(v.reason.split())}"
     if v.conditions:
         head += " *Conditions:* " + "; ".join(" ".join(c.split()) for c in v.conditions) + "."
     if claim:
@@ -52,13 +52,17 @@ def render_verdict_box(v: VerdictOutput, math_labels=()) -> str:
         row = ["✓" if c.get("passed") else "✗ **failed**", cell(registry.check_label(c)),
                inline(registry.kind_label(c)), cell(c.get("measured", "")), cell(c.get("held_to", ""))]
         rows.append(row + ([cell(c.get("fails_if") or "—")] if with_fails_if else []))
-    header = ["Passed", "Check", "Kind", "Measured", "Held to"] + (["Fails if"] if with_fails_if else [])
+    # the column names that need a definition link to the glossary (roles, kinds)
+    header = ["Passed", _ref("Check", "glossary-roles"), _ref("Kind", "glossary-kinds"), "Measured", "Held to"] \
+        + (["Fails if"] if with_fails_if else [])
     table = _table(header, rows, ["c", "l", "l", "r", "l"] + (["l"] if with_fails_if else []))
     sentence = registry.levels_sentence(v.checks)
     failed = any(not c.get("passed") for c in v.checks)
     fold = [f":::::{{dropdown}} {checks_summary(v.checks)}", ":class-container: evidence-fold"
             + (" evidence-failed" if failed else "")] + ([":open:"] if failed else []) + [
             "", *_container(table, "evidence-table"), ":::::"]
+    if sentence.startswith("*Levels:*"):
+        sentence = "*" + _ref("Levels", "glossary-levels") + ":*" + sentence[len("*Levels:*"):]
     return "\n".join([head, "", *fold] + (["", inline(sentence)] if sentence else []))
 
 
