@@ -44,11 +44,14 @@ def test_guaranteed_and_nominal_levels_are_told_apart_and_summed_by_a_union_boun
     e.demonstration.at_most("CLT band", 0.5, 0.2, kind=claims.STATISTICAL, bound="CLT (asymptotic)",
                             failure_probability=1e-7)
     levels = claims.levels(e.checks)
-    assert levels == {"guaranteed": 2, "failure_probability": pytest.approx(3e-7), "nominal": ["bootstrap interval"]}
+    assert levels == {"guaranteed": 2, "failure_probability": pytest.approx(3e-7), "nominal": ["bootstrap interval"],
+                      "exclusions": 0, "false_failure": None, "smallest_margin_se": None,
+                      "false_failure_not_stated": []}
     table = claims.evidence_table(e.checks)
     assert "DKW, failure prob. ≤ 10⁻⁷" in table and "bootstrap (asymptotic), nominal level 0.001" in table
     sentence = claims.levels_sentence(e.checks)
-    assert "at most 3·10⁻⁷ (union bound)" in sentence and "nominal levels only" in sentence
+    assert "every interval covers its true value with probability at least 1 − 3·10⁻⁷ (union bound)" in sentence
+    assert "nominal levels only" in sentence and "bootstrap interval (0.001)" in sentence
     assert e.checks[0].guaranteed and not e.checks[2].guaranteed
     with pytest.raises(ValueError, match="failure probability"):
         e.at_most("too loose", 0.1, 0.2, kind=claims.STATISTICAL, bound="Hoeffding", failure_probability=1e-3)

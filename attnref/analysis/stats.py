@@ -116,6 +116,10 @@ class Interval:
     bound: str
     failure_probability: float
     samples: int
+    #: The estimate's standard error where the bound's sample gives one (the sample standard
+    #: deviation over √N for a mean); ``None`` otherwise. Not part of the bound: an exclusion check
+    #: (``claims.beyond``) states its margin in it, and from that its false-failure rate.
+    standard_error: float | None = None
 
     @property
     def half_width(self) -> float:
@@ -133,6 +137,11 @@ class Interval:
     def __str__(self) -> str:
         return (f"{self.estimate:.4g} in [{self.low:.4g}, {self.high:.4g}] "
                 f"({self.bound}, N = {self.samples}, failure probability {self.failure_probability:.0e})")
+
+
+def _mean_standard_error(x: Tensor) -> float:
+    """s/√N: the standard error of a sample mean."""
+    return x.std(unbiased=True).item() / math.sqrt(x.numel())
 
 
 def _delta(failure_probability: float) -> float:
@@ -159,7 +168,7 @@ def hoeffding_mean(samples: Tensor, low: float, high: float, failure_probability
     n = x.numel()
     half = (high - low) * math.sqrt(math.log(2 / delta) / (2 * n))
     mean = x.mean().item()
-    return Interval(mean, mean - half, mean + half, "Hoeffding", delta, n)
+    return Interval(mean, mean - half, mean + half, "Hoeffding", delta, n, _mean_standard_error(x))
 
 
 def empirical_bernstein_mean(samples: Tensor, low: float, high: float, failure_probability: float = 1e-7) -> Interval:
@@ -180,7 +189,7 @@ def empirical_bernstein_mean(samples: Tensor, low: float, high: float, failure_p
     variance = x.var(unbiased=True).item()
     half = math.sqrt(2 * variance * log_term / n) + 7 * (high - low) * log_term / (3 * (n - 1))
     mean = x.mean().item()
-    return Interval(mean, mean - half, mean + half, "empirical Bernstein", delta, n)
+    return Interval(mean, mean - half, mean + half, "empirical Bernstein", delta, n, _mean_standard_error(x))
 
 
 def median_of_means(samples: Tensor, variance_bound: float, failure_probability: float = 1e-7) -> Interval:
@@ -256,14 +265,16 @@ def clt_mean(samples: Tensor, failure_probability: float = 1e-7) -> Interval:
     n = x.numel()
     mean = x.mean().item()
     half = z * x.std(unbiased=True).item() / math.sqrt(n)
-    return Interval(mean, mean - half, mean + half, "CLT (asymptotic)", failure_probability, n)
+    return Interval(mean, mean - half, mean + half, "CLT (asymptotic)", failure_probability, n, _mean_standard_error(x))
 
 
 def clt_variance(samples: Tensor, failure_probability: float = 1e-7) -> Interval:
     """Unbiased sample variance ± z·√Var(s²) (see :func:`variance_estimate`): asymptotic, and valid
     only for a law with a finite fourth moment (a heavy-tailed law breaks it)."""
-    estimate = variance_estimate(samples, z=normal_quantile(failure_probability))
-    return Interval(estimate.value, estimate.low, estimate.high, "CLT (asymptotic)", failure_probability, estimate.samples)
+    z = normal_quantile(failure_probability)
+    estimate = variance_estimate(samples, z=z)
+    return Interval(estimate.value, estimate.low, estimate.high, "CLT (asymptotic)", failure_probability,
+                    estimate.samples, estimate.half_width / z)
 
 
 def loglog_slope(x: Tensor, y: Tensor) -> float:

@@ -23,6 +23,18 @@ the claim; a **demonstration** is shown beside the evidence and ignored by the r
 may say in one line what it rules out (``fails_if``), and how a re-run on another CPU must agree
 with its stored value (``agree``); a NaN or ±inf never passes.
 
+What a check's failure probability bounds depends on the check. For ``within`` (the interval
+contains the value the claim predicts) it bounds a wrong *fail*. For an exclusion or ordering check
+(``beyond``: the interval lies beyond a value; or any check recorded with ``excludes=True``) it
+bounds a wrong *pass*; a wrong fail — a re-run of the sampling failing though the claim holds —
+depends on how far the estimate sits from the value: such a check records that margin in standard
+errors (``margin_se``, from the interval's ``standard_error`` or ``se=``) and its false-failure rate
+(``false_failure``, by default Φ(−margin), :func:`false_failure_normal`), shown in the evidence
+table and summed in the "Levels" line. A check over several intervals (``within``/``beyond`` with a
+sequence, or ``intervals=`` on any recorder) records the sum of their failure probabilities: union
+bounds are added up by the engine, never typed. Any check that names a bound (a training run's t
+interval too) shows its level.
+
 So every recorded check can move a verdict: a notebook records as a counterexample only what
 it shows to hold, and one counterexample check that breaks turns *does not hold* into *not
 established* (a single standing counterexample would refute the claim, but a broken check means
@@ -39,6 +51,8 @@ Use::
     q1.at_most("|attnref − torch| of the scores", q1_parity, 1e-12, kind=claims.PARITY)
     q6.counterexample.at_least("log–log slope, only the query small", slope, 0.9, kind=claims.NUMERICAL)
     q6.under("both inputs small").close("log–log slope of the query dependence", slope, 3, tol, ...)
+    c3.within("E[(q·k)²]/d_k, each width", 1.0, [interval_16, interval_64, interval_256])  # δ summed
+    l5.beyond("share of positive weights", 0.0, interval, side="below")   # margin and false failure
     q1.verdict("sympy finds degree 2 and the measured slope is 2.")   # displays the verdict
 
 The verdict output carries machine-readable metadata (``attnref_verdict``) from which the book
@@ -173,6 +187,26 @@ def values_agree(spec: str, stored: Any, new: Any) -> bool:
     return abs(a - b) <= rel * scale or scale <= floor
 
 
+def margins_agree(stored: float | None, new: float | None) -> bool:
+    """Whether two margins in standard errors (``Check.margin_se``) agree across machines: a margin
+    is a difference of measured values over a standard error, so its last digits follow the
+    kernels; a thousandth of a standard error (or of the margin) is immaterial."""
+    if stored is None or new is None:
+        return stored is None and new is None
+    return abs(stored - new) <= 1e-3 * max(1.0, abs(stored), abs(new))
+
+
+def false_failures_agree(stored: float | None, new: float | None) -> bool:
+    """Whether two false-failure rates agree across machines: both negligible (below
+    :data:`NEGLIGIBLE_FALSE_FAILURE`), or within 10 % (a rate Φ(−x) moves by x·Δx in its logarithm
+    when the margin x moves by Δx)."""
+    if stored is None or new is None:
+        return stored is None and new is None
+    if max(stored, new) < NEGLIGIBLE_FALSE_FAILURE:
+        return True
+    return abs(stored - new) <= 0.1 * max(stored, new)
+
+
 # Checks
 # ---------------------------------------------------------------------------------------------
 
@@ -266,11 +300,22 @@ class Check:
     value: float | int | bool | str | None = None   # the measured value, unformatted (tests, figures)
     agree: str = EXACT               # how a re-run on another machine must agree (see EXACT, relative)
     fails_if: str | None = None      # the bug or alternative this check rules out, in one line
+    # Exclusion and ordering checks (an interval must lie beyond a value: ``beyond``, or
+    # ``excludes=True``): the failure probability bounds a wrong *pass*; a wrong *fail* (the claim
+    # holds, a re-run of the sampling fails the check) depends on how far the estimate sits from
+    # the excluded value. ``margin_se``: that distance from the interval's near end to the value,
+    # in standard errors of the estimate (the smallest over the check's intervals);
+    # ``false_failure``: the probability that a re-run fails though the claim holds
+    # (see :func:`false_failure_normal` for the default, and ``false_failure_basis``).
+    excludes: bool = False
+    margin_se: float | None = None
+    false_failure: float | None = None
+    false_failure_basis: str | None = None
 
     @property
     def guaranteed(self) -> bool:
-        """A statistical check whose failure probability is guaranteed (not a nominal level)."""
-        return self.kind == STATISTICAL and self.bound in GUARANTEED_BOUNDS
+        """A check with a bound whose failure probability is guaranteed (not a nominal level)."""
+        return self.bound in GUARANTEED_BOUNDS and self.failure_probability is not None
 
     def as_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items()}
@@ -292,13 +337,29 @@ class _Recorder:
     # The general form --------------------------------------------------------------------
     def check(self, name: str, passed: Any, *, kind: str, measured: Any = None, held_to: str = "",
               bound: str | None = None, failure_probability: float | None = None, digits: int = 3,
-              agree: str | None = None, finite: bool = True, fails_if: str | None = None) -> bool:
+              agree: str | None = None, finite: bool = True, fails_if: str | None = None,
+              intervals: Any = None, excludes: bool | None = None, margin_se: Any = None,
+              false_failure: Any = None, false_failure_basis: str | None = None) -> bool:
         """Record a check whose outcome ``passed`` was computed by the caller; returns it.
 
         ``fails_if``: one line naming the bug or alternative that would make this check fail
         (shown in the evidence table). A statistical check names its ``bound``; with a guaranteed
         bound its ``failure_probability`` is at most :data:`MAX_FAILURE_PROBABILITY`, with a
-        nominal one (:data:`NOMINAL_BOUNDS`) it is the nominal level, shown as such.
+        nominal one (:data:`NOMINAL_BOUNDS`) it is the nominal level, shown as such. A check of
+        another kind (a training run's t interval) may name a bound and level too: they are shown.
+
+        ``intervals``: the interval(s) (:class:`attnref.analysis.stats.Interval`) the check's
+        outcome was computed from. Their bound is the check's bound and the sum of their failure
+        probabilities its failure probability (a union bound the engine adds up: a ``bound`` or
+        ``failure_probability`` also passed must agree with it).
+
+        ``excludes=True``: the check passes when an interval lies beyond a value (an exclusion or
+        an ordering: "the interval lies above 0", "this interval lies below that one"), so its
+        failure probability bounds a wrong *pass*. ``margin_se``: the distance from the excluded
+        value to the interval's near end, in standard errors of the estimate; ``false_failure``:
+        the probability that a re-run fails though the claim holds (default from ``margin_se``:
+        :func:`false_failure_normal`), with ``false_failure_basis`` saying how it was obtained
+        (a simulation, an exact binomial …). Either implies ``excludes=True``.
 
         ``agree``: how a re-run on another machine must agree with this value (EXACT or a
         :func:`relative` rule; default EXACT for integers, booleans and text, relative 1e-9 for
@@ -309,6 +370,31 @@ class _Recorder:
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"name must be a non-empty string, got {name!r}")
         passed = _boolean("passed", passed)
+        if intervals is not None:
+            union = _intervals(name, intervals, "intervals")
+            union_bound, union_probability = _union(name, union)
+            if bound is not None and bound != union_bound:
+                raise ValueError(f"{name}: bound={bound!r} but the intervals passed have the bound {union_bound!r}")
+            if failure_probability is not None and not math.isclose(failure_probability, union_probability,
+                                                                    rel_tol=1e-9):
+                raise ValueError(f"{name}: failure_probability={failure_probability!r} but the {len(union)} "
+                                 f"intervals passed sum to {union_probability!r} (leave it out: it is their sum)")
+            bound, failure_probability = union_bound, union_probability
+        margin_se = _optional_real(name, "margin_se", margin_se)
+        false_failure = _optional_real(name, "false_failure", false_failure)
+        if false_failure is not None and not 0 <= false_failure <= 1:
+            raise ValueError(f"{name}: false_failure is a probability in [0, 1], got {false_failure!r}")
+        if false_failure_basis is not None and (not isinstance(false_failure_basis, str)
+                                                or not false_failure_basis.strip()):
+            raise ValueError(f"{name}: false_failure_basis must be a non-empty line, got {false_failure_basis!r}")
+        if false_failure is None and margin_se is not None and math.isfinite(margin_se):
+            false_failure = false_failure_normal(margin_se)
+            false_failure_basis = false_failure_basis or NORMAL_AT_ESTIMATE
+        elif false_failure is not None and false_failure_basis is None:
+            raise ValueError(f"{name}: a false_failure passed in names its basis (false_failure_basis=…)")
+        if margin_se is not None and not math.isfinite(margin_se):
+            margin_se = None                        # a NaN margin: the check fails, nothing to record
+        excludes = bool(excludes) or margin_se is not None or false_failure is not None
         if kind == STATISTICAL:
             if bound not in BOUNDS:
                 raise ValueError(f"{name}: a statistical check names its bound, one of {BOUNDS}; got {bound!r}")
@@ -322,6 +408,8 @@ class _Recorder:
                                  f"(0, {limit:g}], got {failure_probability!r}")
         elif bound is not None and bound not in BOUNDS:
             raise ValueError(f"{name}: bound must be one of {BOUNDS}, got {bound!r}")
+        elif bound is not None and failure_probability is not None and not 0 < failure_probability <= 0.5:
+            raise ValueError(f"{name}: a {bound} bound states a level in (0, 0.5], got {failure_probability!r}")
         text = measured if isinstance(measured, str) else format_value(measured, digits)
         value = _number(measured)
         if isinstance(value, float) and not math.isfinite(value):
@@ -338,7 +426,9 @@ class _Recorder:
         entry = Check(name=name, kind=kind, measured=text, held_to=held_to, passed=passed,
                       bears_on=self._bears_on, condition=self._condition, bound=bound,
                       failure_probability=failure_probability, value=value, agree=agree,
-                      fails_if=None if fails_if is None else " ".join(fails_if.split()))
+                      fails_if=None if fails_if is None else " ".join(fails_if.split()),
+                      excludes=excludes, margin_se=margin_se, false_failure=false_failure,
+                      false_failure_basis=None if false_failure is None else " ".join(false_failure_basis.split()))
         self._evidence._add(entry)
         return passed
 
@@ -397,29 +487,127 @@ class _Recorder:
     def within(self, name: str, target: Any, interval: Any, *, digits: int = 3,
                fails_if: str | None = None) -> bool:
         """A statistical check: ``target`` (the value the claim predicts) lies in ``interval``, an
-        :class:`attnref.analysis.stats.Interval` (estimate, low, high, bound, failure probability)."""
-        t = float(_number(target))
-        low, high = float(interval.low), float(interval.high)
-        passed = low <= t <= high
-        measured = f"{format_value(interval.estimate, digits)} [{format_value(low, digits)}, {format_value(high, digits)}]"
-        return self.check(name, passed, kind=STATISTICAL, measured=measured,
-                          held_to=f"∋ {format_value(t, digits + 2)}", bound=interval.bound,
-                          failure_probability=interval.failure_probability, agree=relative(),
-                          fails_if=fails_if)
+        :class:`attnref.analysis.stats.Interval` (estimate, low, high, bound, failure probability).
+
+        ``interval`` may be a sequence of intervals (one bound): every one must contain its target
+        (``target`` one value for all, or one per interval); the check's failure probability is the
+        sum of theirs (a union bound), and the measured column shows each. If the claim holds, the
+        check fails only when an interval misses its true value: at most that sum."""
+        union = _intervals(name, interval, "interval")
+        targets = _per_interval(name, "target", target, len(union))
+        passed = all(iv.low <= t <= iv.high for iv, t in zip(union, targets))
+        bound, failure_probability = _union(name, union)
+        same = len(set(targets)) == 1
+        held_to = f"∋ {format_value(targets[0], digits + 2)}" if same else \
+            "∋ " + "; ".join(format_value(t, digits + 2) for t in targets)
+        return self.check(name, bool(passed), kind=STATISTICAL, measured=_intervals_text(union, digits),
+                          held_to=("each " if len(union) > 1 and same else "") + held_to, bound=bound,
+                          failure_probability=failure_probability, agree=relative(), fails_if=fails_if)
 
     def beyond(self, name: str, value: Any, interval: Any, *, side: str = "both", digits: int = 3,
-               fails_if: str | None = None) -> bool:
+               fails_if: str | None = None, se: Any = None, false_failure: Any = None,
+               false_failure_basis: str | None = None) -> bool:
         """A statistical check that a value is excluded: ``value`` lies outside ``interval``
-        (``side="below"``: the interval lies wholly above the value; ``"above"``: wholly below)."""
-        v = float(_number(value))
-        low, high = float(interval.low), float(interval.high)
-        passed = {"both": not (low <= v <= high), "below": v < low, "above": v > high}[side]
-        measured = f"{format_value(interval.estimate, digits)} [{format_value(low, digits)}, {format_value(high, digits)}]"
+        (``side="below"``: the interval lies wholly above the value; ``"above"``: wholly below).
+
+        ``interval`` may be a sequence of intervals (one bound): every one must exclude its value
+        (``value`` one for all or one per interval); the failure probability is the sum of theirs.
+
+        The failure probability bounds a wrong *pass* (the value is not on that side, yet every
+        interval excludes it). The margin — the distance from the value to the interval's near
+        end — is recorded in standard errors, from ``se`` (one per interval, or one for all) or
+        else the interval's own ``standard_error``; from it the false-failure rate (a re-run fails
+        though the claim holds: :func:`false_failure_normal`, summed over the intervals), unless
+        ``false_failure`` (with its ``false_failure_basis``) is given."""
+        if side not in ("both", "below", "above"):
+            raise ValueError(f"{name}: side must be 'both', 'below' or 'above', got {side!r}")
+        union = _intervals(name, interval, "interval")
+        values = _per_interval(name, "value", value, len(union))
+        margins = []
+        for iv, v in zip(union, values):
+            below_gap, above_gap = iv.low - v, v - iv.high     # > 0: the interval lies above / below v
+            margins.append({"both": max(below_gap, above_gap), "below": below_gap, "above": above_gap}[side])
+        passed = all(m > 0 for m in margins)                    # NaN compares False: never passes
+        errors = _per_interval(name, "se", se, len(union)) if se is not None else \
+            [getattr(iv, "standard_error", None) for iv in union]
+        margin_se = None
+        if all(e is not None for e in errors):
+            errors = [float(_number(e)) for e in errors]
+            if not all(math.isfinite(e) and e >= 0 for e in errors):
+                raise ValueError(f"{name}: se must be finite and ≥ 0, got {errors}")
+            scaled = [m / e if e > 0 else (math.inf if m > 0 else -math.inf) for m, e in zip(margins, errors)]
+            if all(math.isfinite(x) or not math.isnan(x) for x in scaled):
+                margin_se = min(scaled)
+                if false_failure is None:                       # an infinite margin: 0
+                    false_failure = min(1.0, math.fsum(false_failure_normal(x) for x in scaled))
+                    false_failure_basis = false_failure_basis or NORMAL_AT_ESTIMATE
         relation = {"both": "∌", "below": "above", "above": "below"}[side]
-        return self.check(name, passed, kind=STATISTICAL, measured=measured,
-                          held_to=f"{relation} {format_value(v, digits + 2)}", bound=interval.bound,
-                          failure_probability=interval.failure_probability, agree=relative(),
-                          fails_if=fails_if)
+        same = len(set(values)) == 1
+        held_to = f"{relation} {format_value(values[0], digits + 2)}" if same else \
+            f"{relation} " + "; ".join(format_value(v, digits + 2) for v in values)
+        bound, failure_probability = _union(name, union)
+        return self.check(name, passed, kind=STATISTICAL, measured=_intervals_text(union, digits),
+                          held_to=("each " if len(union) > 1 and same else "") + held_to, bound=bound,
+                          failure_probability=failure_probability, agree=relative(), fails_if=fails_if,
+                          excludes=True, margin_se=margin_se if margin_se is None or math.isfinite(margin_se)
+                          else None, false_failure=false_failure, false_failure_basis=false_failure_basis)
+
+
+#: How :func:`false_failure_normal` obtains a false-failure rate (the default basis).
+NORMAL_AT_ESTIMATE = "normal approximation, true value at the estimate"
+
+
+def false_failure_normal(margin_se: float) -> float:
+    """The probability that a re-run of an exclusion check fails though the claim holds, if the
+    true value sat at the estimate and the estimate were normal with the recorded standard error:
+    the re-run's interval end moves by more than the margin toward the value, Φ(−margin_se).
+    (A nominal rate: the estimate is itself random; a margin of 5 SE gives 3·10⁻⁷, 2.6 SE 0.5 %.)"""
+    x = float(margin_se)
+    if math.isnan(x):
+        raise ValueError(f"margin_se must be a number, got {margin_se!r}")
+    return 0.5 * math.erfc(x / math.sqrt(2))
+
+
+def _intervals(name: str, interval: Any, argument: str) -> list:
+    """One interval or a non-empty sequence of them, checked to look like stats.Interval."""
+    union = list(interval) if isinstance(interval, (list, tuple)) else [interval]
+    if not union:
+        raise ValueError(f"{name}: {argument} is an empty sequence; pass at least one interval")
+    for iv in union:
+        if not all(hasattr(iv, a) for a in ("estimate", "low", "high", "bound", "failure_probability")):
+            raise ValueError(f"{name}: {argument} must be stats.Interval objects (estimate, low, high, bound, "
+                             f"failure_probability), got {type(iv).__name__}")
+    return union
+
+
+def _union(name: str, union: list) -> tuple[str, float]:
+    """The common bound of the intervals and the sum of their failure probabilities."""
+    bounds = list(dict.fromkeys(iv.bound for iv in union))
+    if len(bounds) != 1:
+        raise ValueError(f"{name}: the intervals of one check share one bound, got {bounds}")
+    return bounds[0], math.fsum(float(iv.failure_probability) for iv in union)
+
+
+def _per_interval(name: str, argument: str, value: Any, count: int) -> list[float]:
+    """A value for each of ``count`` intervals: one for all, or a sequence of ``count``."""
+    values = list(value) if isinstance(value, (list, tuple)) else [value] * count
+    if len(values) != count:
+        raise ValueError(f"{name}: {argument} has {len(values)} values for {count} intervals")
+    return [float(_number(v)) for v in values]
+
+
+def _intervals_text(union: list, digits: int) -> str:
+    return "; ".join(f"{format_value(iv.estimate, digits)} [{format_value(iv.low, digits)}, "
+                     f"{format_value(iv.high, digits)}]" for iv in union)
+
+
+def _optional_real(name: str, argument: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    number = _number(value)
+    if not isinstance(number, (int, float)) or isinstance(number, bool):
+        raise ValueError(f"{name}: {argument} must be a number, got {value!r}")
+    return float(number)
 
 
 _NONFINITE = re.compile(r"NaN|nan|∞|\binf\b")
@@ -573,42 +761,102 @@ def check_label(c) -> str:
     return prefix + c["name"]
 
 
+def _recorded_level(c: dict) -> bool:
+    """Whether a check (dict) records a bound with a level: a statistical check always does; a
+    check of another kind (a training run's t interval) when it names one."""
+    return bool(c.get("bound")) and c.get("failure_probability") is not None
+
+
+#: Below this a false-failure rate is shown as "< 10⁻¹⁵" (its digits are not meaningful).
+NEGLIGIBLE_FALSE_FAILURE = 1e-15
+
+
+def false_failure_text(rate: float | None) -> str:
+    """A false-failure rate as shown: "≈ 3·10⁻⁷", "< 10⁻¹⁵", or "not stated"."""
+    if rate is None:
+        return "not stated"
+    if rate < NEGLIGIBLE_FALSE_FAILURE:
+        return f"< {format_value(NEGLIGIBLE_FALSE_FAILURE, 1)}"
+    return f"≈ {format_value(rate, 1)}"
+
+
 def kind_label(c) -> str:
-    """A check's kind; for a statistical check its bound and its failure probability (guaranteed
-    bounds) or nominal level (the others)."""
+    """A check's kind; for a check that records a bound (every statistical check, a training
+    check with its t interval) the bound and its failure probability (guaranteed bounds) or
+    nominal level (the others); for an exclusion or ordering check its margin in standard errors
+    and its false-failure rate."""
     c = _as_dict(c)
-    if c["kind"] != STATISTICAL:
+    if not _recorded_level(c):
         return c["kind"]
     level = format_value(c["failure_probability"], 1)
     if c["bound"] in GUARANTEED_BOUNDS:
-        return f"statistical ({c['bound']}, failure prob. ≤ {level})"
-    return f"statistical ({c['bound']}, nominal level {level})"
+        text = f"{c['kind']} ({c['bound']}, failure prob. ≤ {level}"
+    else:
+        text = f"{c['kind']} ({c['bound']}, nominal level {level}"
+    if c.get("excludes"):
+        margin = c.get("margin_se")
+        text += ("; margin " + (f"{format_value(margin, 2)} SE" if margin is not None else "not stated")
+                 + f", false failure {false_failure_text(c.get('false_failure'))}")
+    return text + ")"
 
 
 def levels(checks) -> dict:
-    """The statistical checks that vote: the summed failure probability of the guaranteed ones
-    (a union bound: the chance that any of them fails though the claim holds) and the names of
-    the nominal ones."""
-    voting = [_as_dict(c) for c in checks if _as_dict(c)["kind"] == STATISTICAL
+    """The checks that record a bound and vote: the summed failure probability of the guaranteed
+    ones (a union bound: every interval covers its true value with probability at least one minus
+    it), the names of the nominal ones, and for the exclusion and ordering checks among them
+    (whose failure probability bounds a wrong pass) the summed false-failure rate, the smallest
+    margin in standard errors, and the names of those that state no false-failure rate."""
+    voting = [_as_dict(c) for c in checks if _recorded_level(_as_dict(c))
               and _as_dict(c)["bears_on"] != DEMONSTRATION]
     guaranteed = [c for c in voting if c["bound"] in GUARANTEED_BOUNDS]
+    exclusions = [c for c in voting if c.get("excludes")]
+    stated = [c for c in exclusions if c.get("false_failure") is not None]
+    margins = [c["margin_se"] for c in exclusions if c.get("margin_se") is not None]
     return {"guaranteed": len(guaranteed),
-            "failure_probability": sum(c["failure_probability"] for c in guaranteed),
-            "nominal": [c["name"] for c in voting if c["bound"] not in GUARANTEED_BOUNDS]}
+            "failure_probability": math.fsum(c["failure_probability"] for c in guaranteed),
+            "nominal": [c["name"] for c in voting if c["bound"] not in GUARANTEED_BOUNDS],
+            "exclusions": len(exclusions),
+            "false_failure": min(1.0, math.fsum(c["false_failure"] for c in stated)) if stated else None,
+            "smallest_margin_se": min(margins) if margins else None,
+            "false_failure_not_stated": [c["name"] for c in exclusions if c.get("false_failure") is None]}
 
 
 def levels_sentence(checks) -> str:
-    """One sentence on the statistical levels of a claim's evidence ('' without statistical checks)."""
+    """One sentence on the statistical levels of a claim's evidence ('' without checks that record a
+    bound). The failure probabilities bound the chance that an interval misses its true value;
+    that is a wrong *fail* of a check "the interval contains the predicted value" but a wrong
+    *pass* of an exclusion or ordering check, whose wrong fail is its false-failure rate."""
     info = levels(checks)
+    voting = [_as_dict(c) for c in checks if _recorded_level(_as_dict(c))
+              and _as_dict(c)["bears_on"] != DEMONSTRATION]
     parts = []
     if info["guaranteed"]:
-        parts.append(f"{info['guaranteed']} statistical check{'s' if info['guaranteed'] > 1 else ''} with "
-                     f"guaranteed levels: the chance that any fails though the claim holds is at most "
-                     f"{format_value(info['failure_probability'], 2)} (union bound)")
+        parts.append(f"{info['guaranteed']} check{'s' if info['guaranteed'] > 1 else ''} with guaranteed "
+                     f"levels: every interval covers its true value with probability at least "
+                     f"1 − {format_value(info['failure_probability'], 2)} (union bound)")
     if info["nominal"]:
         n = len(info["nominal"])
-        parts.append(f"{n} with nominal levels only (asymptotic or assuming normality): "
-                     + "; ".join(info["nominal"]))
+        named = [f"{c['name']} ({format_value(c['failure_probability'], 2)})" for c in voting
+                 if c["bound"] not in GUARANTEED_BOUNDS]
+        parts.append(f"{n} with nominal levels only (asymptotic or assuming normality): " + "; ".join(named))
+    if info["exclusions"]:
+        n = info["exclusions"]
+        text = (f"{n} {'is an exclusion or ordering check' if n == 1 else 'are exclusion or ordering checks'}"
+                f" (its level bounds a wrong pass)" if n == 1 else
+                f"{n} are exclusion or ordering checks (their levels bound a wrong pass)")
+        if info["false_failure"] is not None:
+            margin = info["smallest_margin_se"]
+            text += (f"; the chance that a re-run fails {'it' if n == 1 else 'one'} though the claim holds is "
+                     f"{false_failure_text(info['false_failure'])}"
+                     + " (" + "; ".join(([f"smallest margin {format_value(margin, 2)} standard errors"]
+                                         if margin is not None else [])
+                                        + list(dict.fromkeys(_as_dict(c).get("false_failure_basis") or ""
+                                                             for c in voting if _as_dict(c).get("excludes")
+                                                             and _as_dict(c).get("false_failure") is not None)))
+                     + ")")
+        if info["false_failure_not_stated"]:
+            text += "; no false-failure rate stated for: " + "; ".join(info["false_failure_not_stated"])
+        parts.append(text)
     return ("*Levels:* " + ". ".join(parts) + ".") if parts else ""
 
 

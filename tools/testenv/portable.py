@@ -115,9 +115,16 @@ def checks_agree(claim: str, stored: dict, new: dict) -> list[str]:
     """Problems between a stored check (a dict of ``claims.Check``) and its re-run."""
     where = f"{claim}, check {stored.get('name')!r}"
     problems = []
-    for key in ("name", "kind", "bears_on", "condition", "bound", "failure_probability", "held_to", "passed", "agree"):
+    for key in ("name", "kind", "bears_on", "condition", "bound", "failure_probability", "held_to", "passed", "agree",
+                "excludes", "false_failure_basis"):
         if stored.get(key) != new.get(key):
             problems.append(f"{where}: {key} is {stored.get(key)!r} stored, {new.get(key)!r} in the re-run")
+    # an exclusion check's margin and false-failure rate follow its measured values
+    if not claims.margins_agree(stored.get("margin_se"), new.get("margin_se")):
+        problems.append(f"{where}: margin_se is {stored.get('margin_se')!r} stored, {new.get('margin_se')!r} in the re-run")
+    if not claims.false_failures_agree(stored.get("false_failure"), new.get("false_failure")):
+        problems.append(f"{where}: false_failure is {stored.get('false_failure')!r} stored, "
+                        f"{new.get('false_failure')!r} in the re-run")
     if problems:
         return problems
     rule = stored.get("agree", claims.EXACT)
@@ -139,9 +146,10 @@ def verdicts_agree(stored: dict, new: dict) -> list[str]:
     """Problems between a stored verdict's metadata and its re-run's."""
     claim = stored.get("id", "?") + (f" on {stored['model']}" if stored.get("model") else "")
     problems = []
-    for key in ("id", "chapter", "model", "real_model", "verdict", "expected", "conditions", "kinds", "levels"):
+    for key in ("id", "chapter", "model", "real_model", "verdict", "expected", "conditions", "kinds"):
         if stored.get(key) != new.get(key):
             problems.append(f"{claim}: {key} is {stored.get(key)!r} stored, {new.get(key)!r} in the re-run")
+    problems += _levels_agree(claim, stored.get("levels") or {}, new.get("levels") or {})
     problems += [f"{claim}, reason: {p}" for p in texts_agree(stored.get("reason", ""), new.get("reason", ""))]
     old_checks, new_checks = stored.get("checks", []), new.get("checks", [])
     if [c.get("name") for c in old_checks] != [c.get("name") for c in new_checks]:
@@ -150,6 +158,19 @@ def verdicts_agree(stored: dict, new: dict) -> list[str]:
         return problems
     for old, again in zip(old_checks, new_checks):
         problems += checks_agree(claim, old, again)
+    return problems
+
+
+def _levels_agree(claim: str, stored: dict, new: dict) -> list[str]:
+    """A verdict's levels: counts, names and guaranteed failure probabilities exactly; the summed
+    false-failure rate and the smallest margin of its exclusion checks as those of a check."""
+    tolerant = {"false_failure": claims.false_failures_agree, "smallest_margin_se": claims.margins_agree}
+    problems = []
+    for key in sorted(set(stored) | set(new)):
+        a, b = stored.get(key), new.get(key)
+        agree = tolerant[key](a, b) if key in tolerant else a == b
+        if not agree:
+            problems.append(f"{claim}: levels[{key!r}] is {a!r} stored, {b!r} in the re-run")
     return problems
 
 
