@@ -121,6 +121,7 @@ from attnref.attention import (
     scaled_dot_product_attention,
     softmax,
 )
+from attnref.sigmoid import sigmoid_attention
 from attnref.blocks import TrainableLayer, Variant, encoder_layer, post_ln_layer, pre_ln_layer, stack_layers
 from attnref.layers import (
     EncoderLayer,
@@ -173,6 +174,7 @@ __all__ = [
     "post_ln_layer",
     "pre_ln_layer",
     "scaled_dot_product_attention",
+    "sigmoid_attention",
     "sinusoidal_positional_encoding",
     "softmax",
     "stack_layers",
