@@ -32,6 +32,7 @@ after rotation), the block's a :class:`attnref.blocks.LayerTrace` (the block is 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from typing import NamedTuple
 
@@ -65,11 +66,39 @@ def _rms_norm(x: Tensor, gain: Tensor | None, eps: float, gain_name: str) -> Ten
     eps = check.real_number("eps", eps, nonnegative=True)
     check.vector(gain_name, gain, x.shape[-1], x, "x")
     work = x if x.dtype in (torch.float32, torch.float64) else x.float()
-    mean_square = work.pow(2).mean(dim=-1, keepdim=True)                 # (..., n, 1)
-    if eps == 0 and check.any_true(mean_square == 0):
-        raise ValueError(f"x of shape {check.shape_of(x)} has a zero row: RMSNorm with eps = 0 divides 0 by 0")
-    normalised = (work * torch.rsqrt(mean_square + eps)).to(x.dtype)    # (..., n, d)
+    normalised = rms_normalise(work, eps).to(x.dtype)                    # (..., n, d)
     return normalised if gain is None else normalised * gain
+
+
+def rms_normalise(work: Tensor, eps: float) -> Tensor:
+    r""":math:`x / \sqrt{\operatorname{mean}(x^2) + \varepsilon}` of checked rows ``(..., d)`` in their own
+    (working) dtype, without overflow or underflow of the squares (no gain, no rounding).
+
+    ``x²`` overflows beyond about 1.8e19 in float32 (1.3e154 in float64): the plain mean square
+    is then ``inf`` and the row would become zeros. Such rows are computed as LayerNorm computes
+    its spread (:func:`attnref.layer_norm`): with :math:`s = \max_a |x_a|`,
+    :math:`x/\sqrt{\operatorname{mean}(x^2) + \varepsilon} = (x/s)/\sqrt{\operatorname{mean}((x/s)^2)
+    + (\sqrt\varepsilon/s)^2}`, entries of :math:`x/s` in ``[-1, 1]``. Squares that underflow
+    (rows below about 1e-19 in float32) matter only when ε is as small as they are; then those
+    rows are rescaled too. Every other row keeps the plain formula bit for bit. The choice is
+    made element by element (``torch.where``): no host synchronisation. A zero row with
+    ``eps = 0`` is 0/0 and raises ``ValueError`` while value checks are on (:func:`attnref.checks`).
+    """
+    spread = work.abs().amax(dim=-1, keepdim=True)                       # s = max|x_a|: (..., n, 1)
+    if eps == 0 and check.any_true(spread == 0):
+        raise ValueError(f"x of shape {check.shape_of(work)} has a zero row: RMSNorm with eps = 0 divides 0 by 0")
+    mean_square = work.pow(2).mean(dim=-1, keepdim=True)                # (..., n, 1)
+    plain = work * torch.rsqrt(mean_square + eps)                        # (..., n, d)
+    info = torch.finfo(work.dtype)
+    suspect = ~torch.isfinite(mean_square)                               # x² overflowed: (..., n, 1)
+    if eps < info.tiny / info.eps:                                       # ε too small to hide an underflow
+        suspect = suspect | (mean_square < info.tiny / info.eps)
+    spread = torch.where(spread > 0, spread, torch.ones_like(spread))    # a zero row: s = 1
+    unit = work / spread                                                 # x/s, entries in [-1, 1]
+    unit_square = (unit * unit).mean(dim=-1, keepdim=True)               # mean(x²)/s²
+    eps_term = (math.sqrt(eps) / spread) ** 2                            # ε/s², without squaring s
+    rescaled = unit * torch.rsqrt(unit_square + eps_term)                # (x/s)/√(mean(x²)/s² + ε/s²)
+    return torch.where(suspect, rescaled, plain)
 
 
 def silu(z: Tensor) -> Tensor:

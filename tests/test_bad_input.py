@@ -282,3 +282,18 @@ def test_encoder_layer_of_inconsistent_widths():
                              good.norm_2)
     with pytest.raises(ValueError, match="norm_first must be True or False, got 'yes'"):
         attnref.EncoderLayer(good.attention, good.norm_1, good.ffn, good.norm_2, norm_first="yes")
+
+
+def test_rms_norm_of_huge_entries_is_not_zero():
+    """float32 entries 1e20: x² overflows to inf and the plain formula returns zeros; rms_norm rescales
+    by the largest entry first, as layer_norm does. fails_if: the rescaled path is dropped."""
+    from attnref import decoder
+    x = torch.tensor([[1e20, -2e20, 3e20, 5e19], [1.0, 2.0, 3.0, 4.0]])
+    exact = x.double() / torch.sqrt(x.double().pow(2).mean(-1, keepdim=True) + 1e-6)
+    ours = decoder.rms_norm(x, eps=1e-6)
+    assert torch.allclose(ours.double(), exact, rtol=1e-6)
+    plain = torch.nn.RMSNorm(4, eps=1e-6, elementwise_affine=False)(x[1:])   # an ordinary row: bit for bit torch's
+    assert torch.equal(ours[1:], plain)
+    tiny = torch.tensor([[1e-30, -2e-30, 3e-30, 0.0]])                        # x² underflows: ε = 0 still normalises
+    assert torch.allclose(decoder.rms_norm(tiny, eps=0.0).double(),
+                          tiny.double() / tiny.double().pow(2).mean(-1, keepdim=True).sqrt(), rtol=1e-6)
