@@ -306,3 +306,71 @@ def test_paired_t_has_its_exact_miss_rate_on_normal_differences(gen):
     below, limit = two_sided_limits(replications, 1 - level)
     assert below < misses < limit
     assert_detected(narrow_misses, replications, 2 * t.sf(t.isf((1 - level) / 2, k - 1) / 2, k - 1), limit)
+
+
+# --- Clopper–Pearson at the edges (x = 0 and x = n), δ = 10⁻⁷ ---------------------------------------
+# Chapter 7 records 64 of 64 draws. At x = n the binomial tail P(B ≥ n | p) = pⁿ, so the two-sided
+# Clopper–Pearson (1934) lower end solves pⁿ = δ/2: (δ/2)^{1/n}, and the upper end is 1; at x = 0,
+# symmetrically, [0, 1 − (δ/2)^{1/n}] (the published two-sided form, e.g. Brown, Cai & DasGupta 2001,
+# "Interval estimation for a binomial proportion", §4.2.1; the one-sided form δ^{1/n} is the other
+# parametrisation, which stats.clopper_pearson does not use: its ends are δ/2 tails).
+
+EDGE_DELTA = 1e-7
+
+
+@pytest.mark.parametrize("trials", [1, 2, 16, 64, 1000])
+def test_clopper_pearson_at_all_successes_is_the_closed_form(trials):
+    interval = stats.clopper_pearson(trials, trials, EDGE_DELTA)
+    assert interval.low == pytest.approx((EDGE_DELTA / 2) ** (1 / trials), rel=1e-12)
+    assert interval.high == 1.0 and interval.estimate == 1.0
+    assert interval.low != pytest.approx(EDGE_DELTA ** (1 / trials), rel=1e-6)     # not the one-sided form
+    # the lower end is where the chance of n successes is exactly δ/2
+    assert interval.low ** trials == pytest.approx(EDGE_DELTA / 2, rel=1e-9)
+
+
+@pytest.mark.parametrize("trials", [1, 2, 16, 64, 1000])
+def test_clopper_pearson_at_no_success_is_the_closed_form(trials):
+    interval = stats.clopper_pearson(0, trials, EDGE_DELTA)
+    assert interval.low == 0.0 and interval.estimate == 0.0
+    # 1 − (δ/2)^{1/n} written as −expm1(ln(δ/2)/n): no cancellation when the root is close to 1
+    assert interval.high == pytest.approx(-math.expm1(math.log(EDGE_DELTA / 2) / trials), rel=1e-12)
+    assert (1 - interval.high) ** trials == pytest.approx(EDGE_DELTA / 2, rel=1e-9)
+
+
+@pytest.mark.parametrize("trials", [16, 64])
+def test_clopper_pearson_edge_coverage_is_exact_at_the_boundary(trials):
+    """The miss probability at p, summed exactly over every count: at most δ for every p, and
+    it jumps by δ/2 where p crosses the edge (the event "all n succeed" starts to miss): the
+    edge interval is neither too narrow nor needlessly wide."""
+    intervals = [stats.clopper_pearson(s, trials, EDGE_DELTA) for s in range(trials + 1)]
+    edge = (EDGE_DELTA / 2) ** (1 / trials)
+
+    def miss(p: float) -> float:
+        return math.fsum(binom.pmf(s, trials, p) for s, iv in enumerate(intervals) if not iv.low <= p <= iv.high)
+
+    for p in [1e-12, 1e-6, 1 - edge, 0.5, edge * (1 - 1e-6), edge, edge * (1 + 1e-6), 1 - 1e-6]:
+        assert miss(p) <= EDGE_DELTA * (1 + 1e-9)
+    just_below, just_above = edge * (1 - 1e-6), edge * (1 + 1e-6)
+    assert not intervals[trials].contains(just_below) and intervals[trials].contains(just_above)
+    # crossing the edge adds the event "all n succeed" to the misses: a jump of pⁿ = δ/2
+    assert miss(just_below) - miss(just_above) == pytest.approx(EDGE_DELTA / 2, rel=1e-3)
+    assert miss(1 - just_below) - miss(1 - just_above) == pytest.approx(EDGE_DELTA / 2, rel=1e-3)  # x = 0
+
+
+@pytest.mark.parametrize("p", [0.93, 0.97, 0.999])
+def test_clopper_pearson_edge_coverage_by_simulation(gen, p):
+    """Binomial(64, p) counts near 1, where x = n is frequent (P = 1 % … 94 %): the two-sided
+    δ = 0.05 interval misses p at most the allowed number of times, and at p = 0.93, just below
+    the edge (0.025)^{1/64} = 0.944, the misses (almost all x = 64) reach δ/2's order — an edge
+    put at δ^{1/64} (one-sided) or the x = n interval taken as [0, 1] would move them."""
+    trials, delta, replications = 64, 0.05, 200_000
+    counts = torch.binomial(torch.full((replications,), float(trials), dtype=torch.float64),
+                            torch.full((replications,), p, dtype=torch.float64), generator=gen).long()
+    miss_of = {s: not stats.clopper_pearson(s, trials, delta).contains(p) for s in range(trials + 1)}
+    misses = sum(f * miss_of[s] for s, f in zip(*(v.tolist() for v in counts.unique(return_counts=True))))
+    assert misses < miss_limit(replications, delta)
+    exact = math.fsum(binom.pmf(s, trials, p) for s in range(trials + 1) if miss_of[s])
+    assert abs(misses - replications * exact) <= 6 * math.sqrt(replications * exact) + 1
+    if p == 0.93:                                        # below the edge: 64 of 64 excludes p
+        assert miss_of[trials] and exact >= p ** trials  # 0.93⁶⁴ = 0.0096 of the misses
+        assert misses >= replications * p ** trials - 6 * math.sqrt(replications * p ** trials)
