@@ -137,6 +137,7 @@ from attnref.multihead import (
     multi_head_attention,
     multi_head_attention_packed,
 )
+from attnref._validate import checks, set_checks
 from attnref.counts import (
     TransformerConfig,
     attention_parameter_count,
@@ -156,6 +157,7 @@ __all__ = [
     "additive_scores",
     "attention_from_scores",
     "attention_parameter_count",
+    "checks",
     "cosine_attention",
     "cosine_scores",
     "encoder_layer",
@@ -174,6 +176,7 @@ __all__ = [
     "post_ln_layer",
     "pre_ln_layer",
     "scaled_dot_product_attention",
+    "set_checks",
     "sigmoid_attention",
     "sinusoidal_positional_encoding",
     "softmax",

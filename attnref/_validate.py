@@ -11,16 +11,60 @@ caller never meets a bare broadcasting error from torch or, worse, a silent wron
 * values: :func:`has_values` (meta tensors carry shapes only), :func:`any_true`;
 * masks: :func:`mask`, :func:`key_mask`, :func:`combine_masks`;
 * attention weights: :func:`weight_rows`;
+* the switch: :func:`checks` (a context manager), :func:`set_checks`, :func:`values_checked`.
+
+**Value checks can step aside.** The checks that read a tensor's values — NaN/±inf scans, an
+additive mask's NaN/+inf, overflowed scores, a zero row where ε = 0 — need the host to wait for
+the computation (one ``bool(tensor)`` each: on a GPU a device synchronisation) and stop
+``torch.compile`` and ``torch.func.vmap``, which cannot branch on data. They are on by default;
+``with attnref.checks(False):`` (or ``attnref.set_checks(False)``) turns them off, and they are off
+by themselves while ``torch.compile`` traces (``torch.compiler.is_compiling()``). The checks of
+types, shapes, dtypes and devices read no values and always run. Messages are formatted only
+when a check fails.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import numbers
+from typing import Iterator
 
 import torch
 
 Tensor = torch.Tensor
+
+#: Whether the value checks run (see the module docstring); per thread and task, default on.
+_VALUE_CHECKS: contextvars.ContextVar[bool] = contextvars.ContextVar("attnref_value_checks", default=True)
+
+
+def values_checked() -> bool:
+    """Whether the checks that read tensor values run now: the switch is on and ``torch.compile``
+    is not tracing (a traced program cannot branch on values; the switch is read outside it)."""
+    return not torch.compiler.is_compiling() and _VALUE_CHECKS.get()
+
+
+def set_checks(enabled: bool) -> bool:
+    """Turn the value checks on or off for the current thread (and task); returns the previous setting.
+
+    Off: no NaN/±inf scan, no mask value check, no overflow check — no host synchronisation, and
+    ``torch.compile(fullgraph=True)`` and ``torch.func.vmap`` trace attnref's functions. Shape,
+    dtype and device checks still run. Prefer the context manager :func:`checks`."""
+    previous = _VALUE_CHECKS.get()
+    _VALUE_CHECKS.set(boolean("enabled", enabled))
+    return previous
+
+
+@contextlib.contextmanager
+def checks(enabled: bool = True) -> Iterator[None]:
+    """``with attnref.checks(False): ...`` runs the block without the value checks (see
+    :func:`set_checks`); the previous setting is restored on leaving, also after an exception."""
+    token = _VALUE_CHECKS.set(boolean("enabled", enabled))
+    try:
+        yield
+    finally:
+        _VALUE_CHECKS.reset(token)
 
 #: The half-precision formats. attnref computes scores, softmax and normalisation statistics of
 #: their inputs in float32 and returns results in the input's dtype (as transformers' Llama and
@@ -34,12 +78,14 @@ def working_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def has_values(x: Tensor) -> bool:
-    """False for a meta tensor: it has a shape and a dtype but no values to check."""
-    return x.device.type != "meta"
+    """Whether a value check may read ``x``: False for a meta tensor (a shape and a dtype but no
+    values) and whenever the value checks are off (:func:`values_checked`)."""
+    return x.device.type != "meta" and values_checked()
 
 
 def any_true(condition: Tensor) -> bool:
-    """``bool(condition.any())``, False on a meta tensor (no values: nothing to report)."""
+    """``bool(condition.any())`` for a value check: False on a meta tensor or with the value checks
+    off (nothing to report). Not for computing: its answer depends on the switch."""
     return has_values(condition) and bool(condition.any())
 
 
@@ -90,7 +136,7 @@ def floating(name: str, x: Tensor, *, min_dim: int = 1, max_dim: int | None = No
         raise ValueError(f"{name} must have at least {min_dim} dimensions, got shape {shape_of(x)}")
     if max_dim is not None and x.dim() > max_dim:
         raise ValueError(f"{name} must have at most {max_dim} dimensions, got shape {shape_of(x)}")
-    if x.device.type == "meta":   # shapes only, no values to check
+    if not has_values(x):         # a meta tensor (shapes only), or the value checks are off
         return x
     if all_finite(x):             # one reduction: the common case costs a fraction of the formula
         return x
@@ -104,7 +150,10 @@ def floating(name: str, x: Tensor, *, min_dim: int = 1, max_dim: int | None = No
 def all_finite(x: Tensor) -> bool:
     """Whether every element of ``x`` is finite, in one pass: a NaN or ±inf makes the sum NaN or
     ±inf, so a finite sum proves them all finite. A non-finite sum (also when finite elements
-    overflow the sum) says nothing: the caller then checks element by element."""
+    overflow the sum) says nothing: the caller then checks element by element. True (nothing to
+    report) with the value checks off."""
+    if not values_checked():
+        return True
     with torch.no_grad():
         return bool(torch.isfinite(x.sum()))
 
@@ -186,6 +235,8 @@ def real_number(name: str, value: object, *, nonnegative: bool = False) -> float
         if value.dim() != 0 or not value.is_floating_point():
             raise ValueError(f"{name} must be a real number or a 0-dimensional floating tensor, got a "
                              f"{value.dtype} tensor of shape {shape_of(value)}")
+        if not values_checked():           # reading a tensor's value syncs the host: trusted
+            return value
         number = float(value.detach())
     elif isinstance(value, numbers.Real) and not isinstance(value, bool):   # int, float, numpy scalars
         number = float(value)
@@ -281,6 +332,8 @@ def weight_rows(name: str, weights: Tensor) -> Tensor:
     masked query — within :data:`ROW_SUM_TOLERANCE` (the one check of weight rows; the analysis
     and model modules should use it instead of their own copies)."""
     floating(name, weights, min_dim=1)
+    if not has_values(weights):
+        return weights
     if (weights < 0).any():
         raise ValueError(f"{name} of shape {shape_of(weights)} have negative entries; "
                          "attention weights are probabilities")

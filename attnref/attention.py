@@ -96,12 +96,14 @@ def _upcast(*tensors: Tensor | None) -> tuple[Tensor | None, ...]:
     return tuple(t if t is None or t.dtype not in check.HALF_PRECISION else t.float() for t in tensors)
 
 
-def _finite_scores(scores: Tensor, what: str) -> Tensor:
+def _finite_scores(scores: Tensor, what: str | Callable[[], str]) -> Tensor:
     """Scores that overflowed (±inf, or NaN from inf − inf) name the inputs that made them.
 
     One sum proves the common case (see :func:`attnref._validate.all_finite`); only a non-finite
-    sum looks at the elements."""
+    sum looks at the elements. ``what`` may be a function that builds the description: it is
+    called only when raising. A value check: skipped with :func:`attnref.checks` off."""
     if check.has_values(scores) and not check.all_finite(scores) and not bool(torch.isfinite(scores).all()):
+        what = what() if callable(what) else what
         raise ValueError(f"{what} overflow {scores.dtype} to ±inf (scores of shape {check.shape_of(scores)}): "
                          "the inputs are too large for this dtype")
     return scores
@@ -252,8 +254,8 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, *,
     query, key, value = _upcast(query, key, value)   # float16/bfloat16 -> float32
     scores = query @ key.transpose(-2, -1)   # (..., n, d_k) @ (..., d_k, m) -> (..., n, m)
     scores = scores.mul_(scale) if _reusable(scores) else scores * scale   # divide by √d_k
-    _finite_scores(scores, f"the scores query @ keyᵀ · scale (query {check.shape_of(query)}, "
-                           f"key {check.shape_of(key)}, scale = {float(scale):.4g})")
+    _finite_scores(scores, lambda: f"the scores query @ keyᵀ · scale (query {check.shape_of(query)}, "
+                                   f"key {check.shape_of(key)}, scale = {float(scale):.4g})")   # built on failure only
     weights = _softmax_of_masked(scores, full_mask, "the scores query @ keyᵀ · scale",
                                  overwrite=True)   # (..., n, m), in the scores' memory
     output = weights @ value                 # (..., n, m) @ (..., m, d_v) -> (..., n, d_v)
@@ -338,7 +340,7 @@ def _row_norms(x: Tensor) -> Tensor:
     # below sqrt(tiny/eps) subnormal squares could cost more than round-off; above it the plain
     # norm is as accurate as the rescaled one, and kept bit for bit
     suspect = ~torch.isfinite(norms) | (norms < math.sqrt(info.tiny / info.eps))
-    if not check.any_true(suspect):
+    if check.values_checked() and not check.any_true(suspect):   # one sync saves the rescaled pass
         return norms
     spread = x.abs().amax(dim=-1, keepdim=True)                 # s: (..., rows, 1)
     safe = torch.where(spread > 0, spread, torch.ones_like(spread))
@@ -392,7 +394,7 @@ def cosine_attention(query: Tensor, key: Tensor, value: Tensor, *, mask: Tensor 
     removed = None if key_mask is None else ~check.key_mask(key_mask, "key", key)[..., 0, :]   # (..., m)
     scores = _cosine(query, key, removed)         # (..., n, m) in [-1, 1], zero keys only where removed
     scores = beta * scores                        # β sharpens or flattens
-    _finite_scores(scores, f"beta times the cosine scores (beta of type {type(beta).__name__})")
+    _finite_scores(scores, lambda: f"beta times the cosine scores (beta of type {type(beta).__name__})")
     full_mask = combined_mask(tuple(scores.shape), query.dtype, query.device, mask, key_mask, causal, "key", key)
     return _attend(scores, value, full_mask, "beta times the cosine scores", overwrite=True)
 
@@ -410,7 +412,7 @@ def parameter_free_self_attention(x: Tensor, *, mask: Tensor | None = None, key_
     dtype = x.dtype
     (x,) = _upcast(x)
     scores = x @ x.transpose(-2, -1)              # (..., n, d) @ (..., d, n) -> (..., n, n)
-    _finite_scores(scores, f"the scores x @ xᵀ (x {check.shape_of(x)})")
+    _finite_scores(scores, lambda: f"the scores x @ xᵀ (x {check.shape_of(x)})")
     weights = _softmax_of_masked(scores, full_mask, "the scores x @ xᵀ", overwrite=True)
     output = weights @ x                          # (..., n, n) @ (..., n, d) -> (..., n, d)
     return AttentionResult(output.to(dtype), weights.to(dtype))
