@@ -52,29 +52,26 @@ def test_the_notebook_gives_the_expected_verdict(claim_id):
 
 
 MUTATIONS = {
-    # E1: the difference taken the wrong way round (identity − σ)
-    "E1": (('e1_gain = {v: compare("E1", v, "identity", level=E1_LEVEL)',
-            'e1_gain = {v: compare("E1", "identity", v, level=E1_LEVEL)'),
-           "ReLU on q, k, v − identity: 99 % t lower end"),
+    # E1: the difference taken the wrong way round (identity − σ on q, k, v)
+    "E1": (('e1_gain = planned("E1", E1_KEY)', 'e1_gain = compare("E1", "identity", "relu_qkv")'),
+           "ReLU on q, k, v − σ = identity [relu_qkv - identity]: 95 % t lower end"),
     # E2: a variant-name slip: pre-LN taken for the ReLU-after-Add-&-Norm variant
-    "E2": (('E2_RELU = ("post_relu", "post_branch_relu")', 'E2_RELU = ("pre", "post_branch_relu")'),
-           "largest gain of a ReLU placement over post-LN: 95 % t lower end"),
+    "E2": (('E2_KEYS = tuple(DECIDES["E2"])', 'E2_KEYS = ("pre - post", "post_branch_relu - post")'),
+           None),
     # E3: the length test reads the training length twice (the longer held-out set never used)
-    "E3": (('zip(metric("E3", "attention", n=n_long, source=s),',
-            'zip(metric("E3", "attention", n=n_train, source=s),'),
-           "attention at n = 32 − at n = 8 (trained at 8): 95 % t lower end"),
+    "E3": (('e3_keep, e3_keep_again = (planned("E3", E3_LENGTH, source=s)',
+            'e3_keep, e3_keep_again = (planned("E3", "attention@8 - attention@8", source=s)'),
+           "attention at n = 32 − attention at n = 8 [attention@32 - attention@8]: 95 % t lower end"),
     # E4: the difference taken the wrong way round (dot − cosine)
-    "E4": (('e4_diff = {v: compare("E4", v, "dot")', 'e4_diff = {v: compare("E4", "dot", v)'),
-           "smallest cosine − dot over the three cosine forms: 95 % t upper end"),
+    "E4": (('e4_diff = {v: planned("E4", k) for', 'e4_diff = {v: compare("E4", "dot", v) for'), None),
     # E5: the fused form compared with the rank-4 factored form (half its score parameters)
-    "E5": (('E5_PAIR = ("fused", "factored_16")', 'E5_PAIR = ("fused", "factored_4")'),
-           "fused W − rank-16 U Vᵀ (equal score parameters): 95 % t lower end"),
+    "E5": (('E5_KEY, = DECIDES["E5"]', 'E5_KEY = "fused - factored_4"'), None),
     # E6: the logit ratio inverted (QK-norm over dot)
     "E6": (("e6_ratio = {g: [math.log(a / b) for a, b in zip(", "e6_ratio = {g: [math.log(b / a) for a, b in zip("),
-           "log(largest logit, dot / QK-norm), lr 1e-1: 95 % t lower end"),
+           "log(largest logit, dot / QK-norm), lr 1e-1 [log max_logit: dot / cosine_learned]: 95 % t lower end"),
     # E7: the difference taken the wrong way round (1 head − 4 heads)
-    "E7": (('e7_gain = compare("E7", "h = 4", "h = 1")', 'e7_gain = compare("E7", "h = 1", "h = 4")'),
-           "4 heads − 1 head: 95 % t lower end"),
+    "E7": (('e7_gain = planned("E7", E7_KEY)', 'e7_gain = compare("E7", "h = 1", "h = 4")'),
+           "4 heads of width 8 − 1 head of width 32 [h = 4 - h = 1]: 95 % t lower end"),
 }
 
 
@@ -93,9 +90,8 @@ def test_a_plausible_bug_moves_the_verdict_and_a_named_check_catches_it(claim_id
 def test_a_verdict_that_the_cpu_kernels_would_change_is_not_established():
     # the recheck on torch's portable kernels coming out 20 points lower (a kernel-dependent result):
     # the supporting check of the same decision fails, and the verdict is not established
-    replace = ('e1_again = {v: compare("E1", v, "identity", source=portable, level=E1_LEVEL) for v in E1_SIGMAS}',
-               'e1_again = {v: results.paired_t([x - 0.2 for x in differences("E1", v, "identity", '
-               'source=portable)], E1_LEVEL) for v in E1_SIGMAS}')
+    replace = ('e1_again = planned("E1", E1_KEY, source=portable)',
+               'e1_again = results.paired_t([x + 0.4 for x in planned_differences("E1", E1_KEY, source=portable)])')
     verdict, checks = run_section("E1", replace)
     assert verdict == claims.NOT_ESTABLISHED
     failing = [c.name for c in checks if not c.passed and c.bears_on == claims.SUPPORTING]
@@ -145,3 +141,42 @@ def test_every_check_says_what_it_rules_out():
     for claim_id in IDS:
         _, checks = run_section(claim_id)
         assert all(c.fails_if for c in checks), [c.name for c in checks if not c.fails_if]
+
+
+# --- Decide by the plan (issue 34 item 1): every voting check reads a comparison the plan names --------
+
+_KEY = __import__("re").compile(r"\[([^\]]+)\]")
+
+
+def unplanned(claim_id, checks) -> list[str]:
+    """The checks that vote (claim as stated, condition, counterexample) but read no comparison the
+    plan's amendments name for ``claim_id`` (the key in brackets in the check's name)."""
+    from attnref.training import results
+    allowed = set(results.decides(claim_id))
+    assert allowed, f"the plan's amendments name no deciding comparison for {claim_id}"
+    voting = [c for c in checks if c.bears_on in (claims.STATED, claims.CONDITION, claims.COUNTEREXAMPLE)]
+    assert voting, f"{claim_id}: no voting check"
+    return [c.name for c in voting if not (set(_KEY.findall(c.name)) and set(_KEY.findall(c.name)) <= allowed)]
+
+
+@pytest.mark.parametrize("claim_id", IDS)
+def test_every_voting_check_reads_a_comparison_the_plan_names(claim_id):
+    _, checks = run_section(claim_id)
+    assert unplanned(claim_id, checks) == []
+
+
+def test_a_verdict_that_reads_the_post_hoc_placement_fails_the_plan_test():
+    # E1 decided by ReLU on the keys alone (the best of five placements, picked after the runs)
+    verdict, checks = run_section("E1", ('E1_KEY, = DECIDES["E1"]', 'E1_KEY = "relu_k - identity"'))
+    assert unplanned("E1", checks) == ["ReLU on k − σ = identity [relu_k - identity]: 95 % t lower end"]
+
+
+def test_exploratory_results_do_not_vote():
+    # E1's best single placement and E3's analytic MLP ceiling are demonstrations: removing them
+    # leaves the verdict, and each is labelled as chosen after the results
+    for claim_id, marker in (("E1", "exploratory (chosen after the results)"),
+                             ("E3", "exploratory (chosen after the results)")):
+        verdict, checks = run_section(claim_id)
+        explore = [c for c in checks if c.name.startswith(marker)]
+        assert explore and all(c.bears_on == claims.DEMONSTRATION for c in explore)
+        assert claims.decide([c for c in checks if c not in explore]) == verdict

@@ -71,6 +71,7 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
     _C("Q5", "ffn", 1, "The position-wise FFN is the explicit activation after attention; with ReLU it is piecewise linear, with GELU smooth.", HOLDS),
     _C("Q6", "additive-attention", 1, "In additive attention the query's term cancels in the softmax to first order, so the tanh is what makes the weights depend on the query.", CONDITIONS),
     _C("Q7", "gat-static", 1, "GAT's LeakyReLU keeps the query term from cancelling, but every node ranks its neighbours the same way (static attention).", HOLDS),
+    _C("Q8", "softmax-alternatives", 1, r"Softmax can be replaced by an elementwise sigmoid (or tanh, ReLU) of the scores, as some models do.", CONDITIONS),
     # 2 · Linear layers in a row
     _C("L1", "linear-collapse", 2, r"Two linear maps with nothing between them collapse into one matrix of rank at most the smaller inner width — in every attention layer, $W_V^i W_O^i$ is such a pair.", HOLDS),
     _C("L2", "layernorm-nonlinear", 2, "Between the attention output projection and the FFN there are only linear layers in a row.", FAILS),
@@ -116,13 +117,13 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
     # 8 · Training experiments
     # chapter 8's verdicts come from the runs of the committed plan (data/experiments/plan.toml);
     # E5 is undecided by that plan's ten seeds: "not established" is its honest, expected result
-    _C("E1", "activation-after-projections", 8, r"A nonlinearity after the $Q$, $K$, $V$ projections adds much-needed expressiveness.", CONDITIONS),
-    _C("E2", "activation-after-residual", 8, "An activation after Add & Norm, as in ResNets, would help a Transformer train.", FAILS),
-    _C("E3", "attention-vs-mlp", 8, "Attention brings context and handles any length; a per-token or flattened linear layer cannot.", CONDITIONS),
-    _C("E4", "cosine-vs-dot", 8, "Cosine scores would work as well as scaled dot products.", CONDITIONS),
-    _C("E5", "fused-vs-factored", 8, r"One full $d \times d$ matrix per head would train better than the factors $W_Q$, $W_K$.", NOT_ESTABLISHED),
+    _C("E1", "activation-after-projections", 8, r"A nonlinearity $\sigma$ after the $Q$, $K$, $V$ projections (on $q$, $k$ and $v$) makes training better.", FAILS),
+    _C("E2", "activation-after-residual", 8, "A ReLU after Add & Norm (or inside the branch), as in ResNets, makes a post-LN Transformer train better.", FAILS),
+    _C("E3", "attention-vs-mlp", 8, "Attention brings context and keeps its accuracy at longer inputs; a flattened MLP trained to a plateau cannot match it.", FAILS),
+    _C("E4", "cosine-vs-dot", 8, "Cosine scores train as well as scaled dot products.", CONDITIONS),
+    _C("E5", "fused-vs-factored", 8, r"One full $d \times d$ matrix per head trains better than the factors $W_Q$, $W_K$ at equal score parameters.", NOT_ESTABLISHED),
     _C("E6", "logit-growth", 8, "At a high learning rate dot-product attention logits grow and the attention entropy collapses, while QK-norm keeps them bounded.", HOLDS),
-    _C("E7", "heads-vs-width", 8, r"$h$ heads of width $d/h$ attend to several positions at once better than one head of width $d$ at equal parameters.", HOLDS),
+    _C("E7", "heads-vs-width", 8, r"$h$ heads of width $d/h$ train better than one head of width $d$ at equal parameters on a task that reads two positions at once.", HOLDS),
 ]}
 
 @dataclass(frozen=True)

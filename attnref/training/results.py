@@ -74,6 +74,43 @@ def plan() -> dict:
     return experiments.load_plan(plan_file())
 
 
+def amendments() -> dict:
+    """The plan's amendments (``amendment-*.toml`` beside :func:`plan_file`, in their order), merged
+    table by table: ``decides`` (per claim, the comparisons that vote), ``exploratory`` …"""
+    merged: dict = {}
+    for path in amendment_paths(plan_file().parent):
+        for table, values in experiments.load_plan(path).items():
+            if isinstance(values, dict):
+                merged.setdefault(table, {}).update(values)
+            else:
+                merged[table] = values
+    return merged
+
+
+def amendment_paths(directory: Path | str) -> list[Path]:
+    """The plan's amendments, ``amendment-<k>.toml`` in ``directory``, in the order of k."""
+    found = [p for p in Path(directory).glob("amendment-*.toml") if p.stem.split("-", 1)[1].isdigit()]
+    return sorted(found, key=lambda p: int(p.stem.split("-", 1)[1]))
+
+
+def amendments_hash(directory: Path | str | None = None) -> str:
+    """sha256 of the amendments' bytes, in order ('' without amendments)."""
+    import hashlib
+
+    paths = amendment_paths(Path(directory) if directory is not None else plan_file().parent)
+    if not paths:
+        return ""
+    h = hashlib.sha256()
+    for path in paths:
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def decides(experiment: str) -> list[str]:
+    """The comparisons that vote for ``experiment``'s verdict, as the amendments name them."""
+    return list(amendments().get("decides", {}).get(experiment, []))
+
+
 #: Where `make experiments-recheck` writes the comparison runs re-trained on torch's portable kernels.
 PORTABLE = "portable"
 
