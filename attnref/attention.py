@@ -14,6 +14,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from attnref import _validate as check
+from attnref import blockwise
 
 Tensor = torch.Tensor
 
@@ -110,11 +111,11 @@ def _finite_scores(scores: Tensor, what: str | Callable[[], str]) -> Tensor:
 
 
 def _softmax_of_masked(scores: Tensor, full_mask: Tensor | None, what: str, *,
-                       overwrite: bool = False) -> Tensor:
+                       overwrite: bool = False, causal: bool = False, window: int | None = None) -> Tensor:
     """``softmax(mask(scores))`` for finite scores; an additive mask that overflows them is named.
 
     ``overwrite=True``: ``scores`` is the caller's temporary (see :func:`_softmax`)."""
-    masked = _masked(scores, full_mask, overwrite=overwrite)
+    masked = _masked(scores, full_mask, overwrite=overwrite, causal=causal, window=window)
     if (full_mask is not None and full_mask.dtype != torch.bool and check.has_values(masked)
             and masked.numel() > 0 and bool(masked.amax() == float("inf"))):
         raise ValueError(f"{what} plus the additive mask overflow {scores.dtype} to +inf "
@@ -142,31 +143,73 @@ def combined_mask(shape: tuple[int, ...], dtype: torch.dtype, device: torch.devi
     * ``causal``: query ``i`` keeps key ``j`` only when ``j ≤ i`` (top-left aligned, as torch's
       ``is_causal``).
 
-    Returns one boolean or additive mask broadcastable to ``shape``, or ``None``.
+    Returns one boolean or additive mask broadcastable to ``shape``, or ``None``. (attnref's own
+    attentions do not build the ``(n, m)`` causal mask: they take :func:`_content_mask` and remove
+    the hidden pairs in place, a block of rows at a time.)
     """
-    check.boolean("causal", causal)
-    if mask is not None:
-        check.mask(mask, shape, dtype, device)
-    keep = None if key_mask is None else check.key_mask(key_mask, keys_name, keys)   # (..., 1, m)
+    keep = _content_mask(shape, dtype, device, mask, key_mask, causal, keys_name, keys)
     if causal:
         n, m = shape[-2], shape[-1]
         lower = torch.ones(n, m, dtype=torch.bool, device=device).tril()             # (n, m): j ≤ i
-        keep = lower if keep is None else keep & lower
+        keep = lower if keep is None else check.combine_masks(keep, lower)
+    return keep
+
+
+def _content_mask(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device,
+                  mask: Tensor | None = None, key_mask: Tensor | None = None, causal: bool = False,
+                  keys_name: str = "key", keys: Tensor | None = None, window: int | None = None) -> Tensor | None:
+    """:func:`combined_mask` without the causal part: ``mask`` and ``key_mask`` checked and combined
+    (``causal`` and ``window`` only checked; :func:`_hide_structure` applies them)."""
+    check.boolean("causal", causal)
+    if window is not None:
+        check.positive_int("window", window)
+    if mask is not None:
+        check.mask(mask, shape, dtype, device)
+    keep = None if key_mask is None else check.key_mask(key_mask, keys_name, keys)   # (..., 1, m)
     if keep is not None and check.broadcast_shapes(tuple(keep.shape), tuple(shape)) != tuple(shape):
         raise ValueError(f"key_mask of shape {check.shape_of(key_mask)} does not broadcast to the scores' "
                          f"shape (..., n, m) = {tuple(shape)}")
     return check.combine_masks(mask, keep)
 
 
-def _masked(scores: Tensor, full_mask: Tensor | None, *, overwrite: bool = False) -> Tensor:
-    """Scores with removed positions at ``-inf`` (boolean mask) or the additive mask added."""
-    if full_mask is None:
+#: Rows of the scores whose causal/window mask is built at once: at most this many booleans.
+STRUCTURE_CHUNK = 2 ** 20
+
+
+def _hide_structure(scores: Tensor, causal: bool, window: int | None) -> Tensor:
+    """``scores`` (attnref's own temporary) with the pairs hidden by ``causal`` (``j > i``) or a
+    sliding ``window`` (``j ≤ i − window``) set to ``-inf`` in place, a block of rows at a time:
+    no ``(n, m)`` mask is built."""
+    if not causal and window is None:
         return scores
-    in_place = (overwrite and _reusable(scores)
-                and check.broadcast_shapes(tuple(full_mask.shape), tuple(scores.shape)) == tuple(scores.shape))
-    if full_mask.dtype == torch.bool:
-        return scores.masked_fill_(~full_mask, float("-inf")) if in_place else scores.masked_fill(~full_mask, float("-inf"))
-    return scores.add_(full_mask) if in_place else scores + full_mask
+    n, m = scores.shape[-2], scores.shape[-1]
+    rows = max(1, STRUCTURE_CHUNK // max(1, m))
+    for r0 in range(0, n, rows):
+        r1 = min(n, r0 + rows)
+        hidden = blockwise.hidden_mask((r0, r1), (0, m), causal, window, scores.device)   # (rows, m)
+        scores[..., r0:r1, :].masked_fill_(hidden, float("-inf"))
+    return scores
+
+
+def _masked(scores: Tensor, full_mask: Tensor | None, *, overwrite: bool = False, causal: bool = False,
+            window: int | None = None) -> Tensor:
+    """Scores with removed positions at ``-inf`` (boolean mask) or the additive mask added; then the
+    pairs hidden by ``causal`` or ``window`` at ``-inf`` (in a tensor of attnref's own)."""
+    if full_mask is None:
+        masked = scores
+    else:
+        in_place = (overwrite and _reusable(scores)
+                    and check.broadcast_shapes(tuple(full_mask.shape), tuple(scores.shape)) == tuple(scores.shape))
+        if full_mask.dtype == torch.bool:
+            masked = (scores.masked_fill_(~full_mask, float("-inf")) if in_place
+                      else scores.masked_fill(~full_mask, float("-inf")))
+        else:
+            masked = scores.add_(full_mask) if in_place else scores + full_mask
+    if not causal and window is None:
+        return masked
+    if masked is scores and not overwrite:
+        masked = scores.clone()                   # never write into the caller's tensor
+    return _hide_structure(masked, causal, window)
 
 
 def attention_from_scores(scores: Tensor, value: Tensor, *, mask: Tensor | None = None,
@@ -183,19 +226,19 @@ def attention_from_scores(scores: Tensor, value: Tensor, *, mask: Tensor | None 
     check.same_dtype(scores=scores, value=value)
     check.dim_equal("scores and value must cover the same keys", "scores", scores, -1, "value", value, -2)
     check.batch_compatible(("scores", "value"), (scores, value))
-    full_mask = combined_mask(tuple(scores.shape), scores.dtype, scores.device, mask, key_mask, causal,
+    full_mask = _content_mask(tuple(scores.shape), scores.dtype, scores.device, mask, key_mask, causal,
                               "value", value)
-    return _attend(scores, value, full_mask, "scores")
+    return _attend(scores, value, full_mask, "scores", causal=causal)
 
 
 def _attend(scores: Tensor, value: Tensor, full_mask: Tensor | None, what: str, *,
-            overwrite: bool = False) -> AttentionResult:
+            overwrite: bool = False, causal: bool = False) -> AttentionResult:
     """``softmax(mask(scores)) @ value`` of finite scores, in the working dtype, rounded to ``value``'s.
 
     ``overwrite=True``: ``scores`` is the caller's temporary (see :func:`_softmax`)."""
     dtype = value.dtype
     scores, value = _upcast(scores, value)
-    weights = _softmax_of_masked(scores, full_mask, what, overwrite=overwrite)   # (..., n, m)
+    weights = _softmax_of_masked(scores, full_mask, what, overwrite=overwrite, causal=causal)   # (..., n, m)
     output = weights @ value              # (..., n, m) @ (..., m, d_v) -> (..., n, d_v)
     return AttentionResult(output.to(dtype), weights.to(dtype))
 
@@ -220,7 +263,8 @@ def _check_query_key(query: Tensor, key: Tensor) -> None:
 
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, *,
                                  mask: Tensor | None = None, key_mask: Tensor | None = None,
-                                 causal: bool = False, scale: float | None = None) -> AttentionResult:
+                                 causal: bool = False, scale: float | None = None, window: int | None = None,
+                                 need_weights: bool = True) -> AttentionResult:
     r"""Scaled dot-product attention of Vaswani et al. (2017), eq. 1.
 
     .. math:: \mathrm{Attention}(Q, K, V) = \mathrm{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_k}}\right) V
@@ -231,6 +275,12 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, *,
         causal: keep only keys ``j ≤ i`` (combined with ``mask`` if both are given).
         scale: factor on the scores, default ``1/√d_k`` (``d_k = 0`` then raises ``ValueError``).
         key_mask: boolean ``(..., m)``, False for padding keys.
+        window: sliding-window causal attention: query ``i`` sees key ``j`` iff
+            ``i − window < j ≤ i`` (a positive int; it implies ``causal``). ``None``: no window.
+        need_weights: ``True`` (default) returns the ``(..., n, m)`` weights; ``False`` returns
+            ``weights=None`` and computes the output block by block with the online softmax
+            (:mod:`attnref.blockwise`, claim F1): memory ``O(n · block)`` instead of ``O(n · m)``,
+            and blocks that the causal or window mask hides entirely are skipped.
 
     Returns the output ``(..., n, d_v)`` and the weights ``(..., n, m)``. Empty in, empty out:
     ``n = 0`` gives empty results; ``m = 0`` (no key) gives ``(..., n, 0)`` weights and a zero
@@ -238,28 +288,53 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, *,
 
     Half precision: for float16/bfloat16 inputs the scores, the softmax and ``@ V`` are computed
     in float32 (scores beyond 65504 are fine) and the output and weights rounded to the input
-    dtype. Scores that overflow the working dtype raise ``ValueError`` naming query and key.
+    dtype. Scores that overflow the working dtype raise ``ValueError`` naming query and key (the
+    blockwise path bounds them by ``max‖q_i‖ · max‖k_j‖ · |scale|`` first and, when that bound is
+    not finite, computes the one matrix, which checks every score).
     """
     _check_qkv(query, key, value)
+    check.boolean("need_weights", need_weights)
     d_k = query.shape[-1]
     if scale is None and d_k == 0:
         raise ValueError(f"query {check.shape_of(query)} and key {check.shape_of(key)} have width d_k = 0: "
                          "the default scale 1/√d_k is undefined (pass scale=...)")
     if scale is not None:
         scale = check.real_number("scale", scale)
-    full_mask = combined_mask(scores_shape(query, key), query.dtype, query.device, mask, key_mask, causal,
-                              "key", key)
+    full_mask = _content_mask(scores_shape(query, key), query.dtype, query.device, mask, key_mask, causal,
+                              "key", key, window)
     scale = 1.0 / math.sqrt(d_k) if scale is None else scale
     dtype = query.dtype
     query, key, value = _upcast(query, key, value)   # float16/bfloat16 -> float32
+    if not need_weights and _blockwise_applies(query, key, full_mask, scale):
+        output = blockwise.blockwise_attention(query, key, value, scale=scale, mask=full_mask, causal=causal,
+                                               window=window)   # (..., n, d_v), no (n, m) tensor
+        return AttentionResult(output.to(dtype), None)
     scores = query @ key.transpose(-2, -1)   # (..., n, d_k) @ (..., d_k, m) -> (..., n, m)
     scores = scores.mul_(scale) if _reusable(scores) else scores * scale   # divide by √d_k
     _finite_scores(scores, lambda: f"the scores query @ keyᵀ · scale (query {check.shape_of(query)}, "
                                    f"key {check.shape_of(key)}, scale = {float(scale):.4g})")   # built on failure only
-    weights = _softmax_of_masked(scores, full_mask, "the scores query @ keyᵀ · scale",
-                                 overwrite=True)   # (..., n, m), in the scores' memory
+    weights = _softmax_of_masked(scores, full_mask, "the scores query @ keyᵀ · scale", overwrite=True,
+                                 causal=causal, window=window)   # (..., n, m), in the scores' memory
     output = weights @ value                 # (..., n, m) @ (..., m, d_v) -> (..., n, d_v)
-    return AttentionResult(output.to(dtype), weights.to(dtype))
+    return AttentionResult(output.to(dtype), weights.to(dtype) if need_weights else None)
+
+
+def _blockwise_applies(query: Tensor, key: Tensor, full_mask: Tensor | None, scale: float | Tensor) -> bool:
+    """Whether the blockwise path may compute this attention: values to compute with (not a meta
+    tensor), no gradient wanted for an additive mask or a tensor scale (the blockwise gradient covers
+    query, key and value), and — while the value checks are on — scores that cannot overflow:
+    ``max‖q_i‖ · max‖k_j‖ · |scale|`` finite (Cauchy–Schwarz; else the one-matrix path checks them)."""
+    if query.device.type == "meta":
+        return False
+    if full_mask is not None and full_mask.requires_grad:
+        return False
+    if isinstance(scale, torch.Tensor) and scale.requires_grad:
+        return False
+    if not check.values_checked() or query.numel() == 0 or key.numel() == 0:
+        return True
+    with torch.no_grad():
+        bound = query.norm(dim=-1).amax() * key.norm(dim=-1).amax() * abs(float(scale))
+    return bool(torch.isfinite(bound)) and float(bound) < torch.finfo(query.dtype).max
 
 
 def luong_dot_scores(query: Tensor, key: Tensor) -> Tensor:
@@ -395,8 +470,8 @@ def cosine_attention(query: Tensor, key: Tensor, value: Tensor, *, mask: Tensor 
     scores = _cosine(query, key, removed)         # (..., n, m) in [-1, 1], zero keys only where removed
     scores = beta * scores                        # β sharpens or flattens
     _finite_scores(scores, lambda: f"beta times the cosine scores (beta of type {type(beta).__name__})")
-    full_mask = combined_mask(tuple(scores.shape), query.dtype, query.device, mask, key_mask, causal, "key", key)
-    return _attend(scores, value, full_mask, "beta times the cosine scores", overwrite=True)
+    full_mask = _content_mask(tuple(scores.shape), query.dtype, query.device, mask, key_mask, causal, "key", key)
+    return _attend(scores, value, full_mask, "beta times the cosine scores", overwrite=True, causal=causal)
 
 
 def parameter_free_self_attention(x: Tensor, *, mask: Tensor | None = None, key_mask: Tensor | None = None,
@@ -407,13 +482,13 @@ def parameter_free_self_attention(x: Tensor, *, mask: Tensor | None = None, key_
     Masks as in :func:`scaled_dot_product_attention` (``key_mask (..., n)``), half precision too.
     """
     check.floating("x", x, min_dim=2)
-    full_mask = combined_mask(tuple(x.shape[:-1]) + (x.shape[-2],), x.dtype, x.device, mask, key_mask,
+    full_mask = _content_mask(tuple(x.shape[:-1]) + (x.shape[-2],), x.dtype, x.device, mask, key_mask,
                               causal, "x", x)
     dtype = x.dtype
     (x,) = _upcast(x)
     scores = x @ x.transpose(-2, -1)              # (..., n, d) @ (..., d, n) -> (..., n, n)
     _finite_scores(scores, lambda: f"the scores x @ xᵀ (x {check.shape_of(x)})")
-    weights = _softmax_of_masked(scores, full_mask, "the scores x @ xᵀ", overwrite=True)
+    weights = _softmax_of_masked(scores, full_mask, "the scores x @ xᵀ", overwrite=True, causal=causal)
     output = weights @ x                          # (..., n, n) @ (..., n, d) -> (..., n, d)
     return AttentionResult(output.to(dtype), weights.to(dtype))
 
