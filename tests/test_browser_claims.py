@@ -28,9 +28,10 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
                  "--no-first-run", "--disable-component-update", "--disable-sync", "--disable-quic"]
 BOOK_FLAGS = ["-n", "-W", "--keep-going"]
 DESKTOP, PHONE = 1400, 400
-CHAPTERS = ["notebooks/01-nonlinearity", "notebooks/02-linear-layers", "notebooks/03-attention-vs-linear",
-            "notebooks/04-cosine-vs-dot", "notebooks/05-multi-head", "notebooks/06-trained-model",
-            "notebooks/06b-trained-decoder", "notebooks/07-depth", "notebooks/08-training"]
+#: Every chapter page (a chapter added later is measured too: no list to keep up to date).
+CHAPTERS = sorted(p.relative_to(ROOT).with_suffix("").as_posix() for p in (ROOT / "notebooks").glob("[0-9]*.ipynb"))
+#: Phone widths at which every table must fit its column (a common phone, a small one).
+PHONES = (390, 360)
 
 playwright_api = pytest.importorskip("playwright.async_api")
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="no Chromium at /usr/bin/chromium")
@@ -59,6 +60,22 @@ MEASURE = """() => {
     folds: document.querySelectorAll("details.claim-fold").length,
     openFolds: document.querySelectorAll("details.claim-fold[open]").length,
   };
+}"""
+
+#: Every table of the page, every fold opened first: how far each reaches past its container (a
+#: stacked table fits; a table that keeps its columns is as wide as they need).
+TABLES_FIT = """() => {
+  document.querySelectorAll("details").forEach(d => { d.open = true; });
+  const article = document.querySelector("article.bd-article") || document.querySelector("main");
+  const column = article.getBoundingClientRect();
+  return Array.from(article.querySelectorAll("table")).map(t => {
+    const box = t.parentElement.getBoundingClientRect(), r = t.getBoundingClientRect();
+    const hidden = Array.from(t.querySelectorAll("td")).filter(td => {
+      const c = td.getBoundingClientRect(); return c.width > 0 && c.right > column.right + 1; }).length;
+    return {cls: (t.closest("[class*=table]") || t).className, width: r.width, box: box.width,
+            over: Math.max(r.right - Math.min(box.right, column.right), 0), cellsOffScreen: hidden,
+            labelled: Array.from(t.querySelectorAll("td[data-label]")).length};
+  });
 }"""
 
 CHAPTER_FACTS = """() => {
@@ -114,6 +131,16 @@ async def _measure(site: Path) -> dict:
                     facts[(chapter, width)] = await page.evaluate(CHAPTER_FACTS)
                     if chapter == CHAPTERS[1]:
                         await page.screenshot(path=str(shots / f"chapter-02-top-{width}.png"))
+                await context.close()
+            for width in PHONES:        # every table fits its column: the landing page, a chapter's
+                context = await browser.new_context(viewport={"width": width, "height": 800}, color_scheme="light")
+                page = await context.new_page()
+                for path in ("index.html", "notebooks/02-linear-layers.html", "notebooks/08-training.html"):
+                    await page.goto(base + path, wait_until="load")
+                    await page.wait_for_function("document.documentElement.dataset.mathFitted === 'yes'")
+                    facts[("tables", path, width)] = await page.evaluate(TABLES_FIT)
+                    if path == "index.html":
+                        await page.screenshot(path=str(shots / f"landing-{width}.png"), full_page=True)
                 await context.close()
             # print: the folds open (Chromium ≥ 131 prints ::details-content as styled for print)
             context = await browser.new_context(viewport={"width": DESKTOP, "height": 900})
@@ -179,3 +206,18 @@ def test_every_chapter_ends_with_the_answer_to_its_thread(facts) -> None:
 def test_folded_evidence_prints_unfolded(facts) -> None:
     heights = facts["print"]
     assert heights and min(heights) > 0, f"a folded evidence table prints empty: {heights}"
+
+
+@pytest.mark.parametrize("width", PHONES)
+@pytest.mark.parametrize("path", ["index.html", "notebooks/02-linear-layers.html", "notebooks/08-training.html"])
+def test_every_table_fits_its_column_on_a_phone(facts, path, width) -> None:
+    """The landing page's verdict table (520 px in a 358 px box at 390 px, a badge cut off), the
+    evidence tables (Measured / Held to / Fails if off-screen) and the stored-result tables of
+    chapter 8 become one card per row on a phone: no table reaches past its container, no cell
+    past the column; the evidence cards name each value's column (data-label)."""
+    tables = facts[("tables", path, width)]
+    assert tables, f"{path}: no table measured"
+    wide = [t for t in tables if t["over"] > 1 or t["cellsOffScreen"]]
+    assert not wide, f"{path} at {width} px: {len(wide)} of {len(tables)} tables reach past their column: {wide[:3]}"
+    evidence = [t for t in tables if "evidence-table" in t["cls"]]
+    assert all(t["labelled"] for t in evidence), "an evidence table's cells carry no column names"

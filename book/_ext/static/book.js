@@ -16,7 +16,40 @@
 (function () {
   "use strict";
   var MIN_SCALE = 0.78;
+  // Tables on a phone (claims.css): every cell gets its column's name (data-label), and a table
+  // wider than its column is stacked into one card per row (class stacked; the generated claims and
+  // evidence tables always stack below 600 px, by CSS alone).
+  var PHONE = "(max-width: 600px)";
+  function labelTables() {
+    var tables = document.querySelectorAll(".bd-article table");
+    for (var i = 0; i < tables.length; i++) {
+      var heads = tables[i].querySelectorAll("thead th");
+      if (!heads.length) { continue; }
+      var names = Array.prototype.map.call(heads, function (th) { return th.textContent.trim(); });
+      var rows = tables[i].querySelectorAll("tbody tr");
+      for (var r = 0; r < rows.length; r++) {
+        for (var c = 0; c < rows[r].children.length; c++) {
+          if (names[c]) { rows[r].children[c].setAttribute("data-label", names[c]); }
+        }
+      }
+    }
+  }
+  function stackWideTables() {
+    var narrow = window.matchMedia && window.matchMedia(PHONE).matches;
+    var tables = document.querySelectorAll(".bd-article table");
+    for (var i = 0; i < tables.length; i++) {
+      var t = tables[i];
+      if (t.closest(".claims-table, .evidence-table") || t.classList.contains("claims-compact")) { continue; }
+      t.classList.remove("stacked");
+      if (!narrow || !t.querySelector("thead th")) { continue; }
+      var box = t.parentElement;
+      if (box && box.clientWidth > 0 && t.getBoundingClientRect().width > box.clientWidth + 1) {
+        t.classList.add("stacked");
+      }
+    }
+  }
   function fit() {
+    stackWideTables();
     var displays = document.querySelectorAll("div.math > mjx-container[display='true']");
     for (var i = 0; i < displays.length; i++) {
       var box = displays[i];
@@ -153,7 +186,16 @@
     };
   }
   function start() {
-    if (!document.querySelector(".math")) { document.documentElement.dataset.mathFitted = "yes"; return; }
+    labelTables();
+    document.addEventListener("toggle", function (event) {   // a table unfolded on a phone
+      if (event.target.tagName === "DETAILS" && event.target.open) { stackWideTables(); cueScrolling(); }
+    }, true);
+    if (!document.querySelector(".math")) {
+      stackWideTables();
+      window.addEventListener("resize", stackWideTables);
+      document.documentElement.dataset.mathFitted = "yes";
+      return;
+    }
     if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
       MathJax.startup.promise.then(fit);
       var timer = null;
