@@ -168,3 +168,34 @@ def test_detectable_effect_has_the_stated_power():
         s = math.sqrt(sum((x - m) ** 2 for x in d) / 9)
         hits += abs(m) / (s / math.sqrt(10)) > crit
     assert abs(hits / 4000 - 0.8) < 0.022
+
+
+def _best_of(tuning: list[dict]) -> float:
+    """The plan's choice, recomputed: the learning rate with the highest held-out accuracy on the
+    tuning seed, ties broken by the lower held-out loss."""
+    return max(tuning, key=lambda t: (t["accuracy"], -t["loss"]))["lr"]
+
+
+def test_the_runner_keeps_the_best_learning_rate_of_its_tuning_runs(tmp_path):
+    # the runner itself (a mutant that keeps the worst learning rate fails here): the tiny plan with
+    # a wide grid, so that the tuning runs differ
+    plan = _tiny_plan(tmp_path)
+    text = plan.read_text().replace("\nsteps = 2", "\nsteps = 12")
+    plan.write_text(text)
+    _run("--plan", str(plan), "--only", "E1", "--out", str(tmp_path / "tuned"))
+    data = json.loads((tmp_path / "tuned" / "e1.json").read_text())
+    spread = 0
+    for s in data["settings"]:
+        assert s["lr"] == _best_of(s["tuning"]), f"{s['variant']}: kept {s['lr']}, best {_best_of(s['tuning'])}"
+        spread += len({(t["accuracy"], t["loss"]) for t in s["tuning"]}) > 1
+    assert spread, "the tuning runs did not differ: the test could not tell the best from the worst"
+
+
+@pytest.mark.parametrize("experiment", ex.IDS)
+def test_every_stored_learning_rate_is_the_best_on_the_tuning_seed(experiment):
+    data = json.loads((results.DATA / f"{experiment.lower()}.json").read_text())
+    for s in data["settings"]:
+        if s["lr_tuned"]:
+            assert s["lr"] == _best_of(s["tuning"]), f"{experiment} {s['variant']} {s['group']}"
+        else:
+            assert s["lr"] == float(s["group"].split()[-1]) or not s["group"].startswith("lr "), s["group"]

@@ -209,3 +209,79 @@ def test_attention_statistics_of_cosine_scores_are_bounded_by_the_scale():
     dot = Run(Spec(), TASK, steps=1, seed=0, eval_size=64, attention_stats=True)
     record = train(dot)
     assert record["attention"]["max_logit"] >= record["attention"]["mean_row_max_logit"] > 0
+
+
+# --- What a result means (issue 38 item 11): each variant against an independent oracle -------------
+
+def _oracle_heads(x, w, sigma_on="", beta=None):
+    """The attention sublayer from the layer's weights with torch's own ops (F.layer_norm not
+    needed: ``x`` is the sublayer's input): per head q, k, v with biases, ReLU on the projections
+    named in ``sigma_on``, scores q·k/√d_k (or β·cos(q, k) with ``beta`` per head), softmax, W^O."""
+    h, d_k = w.w_q.shape[0], w.w_q.shape[-1]
+    q = torch.einsum("bnd,hde->bhne", x, w.w_q) + w.b_q[:, None, :]
+    k = torch.einsum("bnd,hde->bhne", x, w.w_k) + w.b_k[:, None, :]
+    v = torch.einsum("bnd,hde->bhne", x, w.w_v) + w.b_v[:, None, :]
+    q, k, v = (torch.relu(t) if name in sigma_on else t for name, t in (("q", q), ("k", k), ("v", v)))
+    if beta is None:
+        scores = q @ k.transpose(-1, -2) / math.sqrt(d_k)
+    else:
+        unit = lambda t: torch.nn.functional.normalize(t, dim=-1)
+        scores = beta.reshape(h, 1, 1) * (unit(q) @ unit(k).transpose(-1, -2))
+    out = torch.softmax(scores, -1) @ v                                   # (B, h, n, d_k)
+    return out.transpose(1, 2).flatten(2) @ w.w_o + w.b_o, scores
+
+
+@pytest.mark.parametrize("sigma_on", ["q", "k", "v", "qkv"])
+def test_sigma_lands_on_the_projection_it_names(sigma_on):
+    # q/k labels swapped (ReLU on the keys where the queries are named) gives another function
+    model = RecallModel(Spec(qkv_activation="relu", sigma_on=sigma_on), TASK.keys, TASK.values, seed=1)
+    layer = model.layers[0]
+    x = torch.randn(4, 9, 32, generator=generator(5), dtype=torch.float32)
+    with torch.no_grad():
+        got = layer.variant.attention(x, weights=layer.weights().attention).output
+        want, _ = _oracle_heads(x, layer.weights().attention, sigma_on=sigma_on)
+        others = [_oracle_heads(x, layer.weights().attention, sigma_on=s)[0] for s in ("q", "k", "v", "qkv") if s != sigma_on]
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert all((o - want).abs().max() > 1e-3 for o in others)      # the oracle tells the placements apart
+
+
+def test_qk_norm_starts_at_the_scale_sqrt_dk():
+    # QK-norm (learned β) is initialised at β = √d_k per head: a wrong initialisation (β = 1, or
+    # log β = √d_k) gives other scores than the oracle's
+    spec = Spec(scores="cosine_learned", h=2)
+    model = RecallModel(spec, TASK.keys, TASK.values, seed=2)
+    layer = model.layers[0]
+    d_k = spec.d // spec.h
+    x = torch.randn(4, 9, 32, generator=generator(6), dtype=torch.float32)
+    beta = torch.full((spec.h,), math.sqrt(d_k))
+    with torch.no_grad():
+        got = layer.variant.attention(x, weights=layer.weights().attention).output
+        want, _ = _oracle_heads(x, layer.weights().attention, beta=beta)
+        wrong, _ = _oracle_heads(x, layer.weights().attention, beta=torch.ones(spec.h))
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert (wrong - want).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("scores", ["dot", "cosine_learned"])
+def test_e6_statistics_are_the_query_rows_of_a_directly_computed_attention(scores):
+    # E6's entropy is the query position's row (the last of n + 1 tokens), its largest logit the
+    # largest |score| of any head, query and key: computed here from the embeddings, the first
+    # LayerNorm (torch's) and the oracle's scores; the first row instead of the last fails
+    from attnref.training.train import EVAL_SEED_OFFSET, attention_statistics
+    run = Run(Spec(scores=scores), TASK, steps=1, seed=3, eval_size=64)
+    model = RecallModel(run.spec, TASK.keys, TASK.values, seed=3)
+    layer = model.layers[0]
+    data = TASK.batch(run.eval_size, run.n, generator(EVAL_SEED_OFFSET + 1000 * run.seed + run.n))
+    w = layer.weights()
+    with torch.no_grad():
+        x = model.embed(data.keys, data.values, data.query)
+        inner = torch.nn.functional.layer_norm(x, (32,), w.norm_1.gain, w.norm_1.bias, w.norm_1.eps)
+        beta = None if scores == "dot" else layer.log_beta.exp().flatten()
+        _, logits = _oracle_heads(inner, w.attention, beta=beta)
+    p = torch.softmax(logits.double()[..., -1, :], -1)
+    entropy = (-(p * p.log()).sum(-1)).mean().item()
+    first = torch.softmax(logits.double()[..., 0, :], -1)
+    stats = attention_statistics(model, run)
+    assert stats["query_entropy"] == pytest.approx(entropy, rel=1e-4)
+    assert abs((-(first * first.log()).sum(-1)).mean().item() - entropy) > 1e-3   # the rows differ
+    assert stats["max_logit"] == pytest.approx(logits.abs().max().item(), rel=1e-4)
