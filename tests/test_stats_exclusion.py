@@ -227,3 +227,60 @@ def test_margins_and_rates_compare_within_their_tolerance_across_machines():
     assert claims.margins_agree(None, None) and not claims.margins_agree(None, 5.0)
     assert claims.false_failures_agree(1e-20, 1e-17)              # both negligible
     assert claims.false_failures_agree(0.0107, 0.0108) and not claims.false_failures_agree(0.01, 0.02)
+
+
+# The exact false-failure rates of the exact intervals, against simulated re-runs -------------------
+
+def test_the_binomial_false_failure_rate_is_what_re_runs_of_the_count_show(gen):
+    """A share check "Clopper–Pearson interval of x/n lies above a": the rate is the chance that a
+    re-run's count, Binomial(n, (x + ½)/(n + 1)), gives an interval reaching a — simulated here with
+    the counts drawn by torch and each re-run's interval computed by clopper_pearson."""
+    trials, successes, delta, a = 64, 52, 1e-3, 0.5
+    rate = stats.binomial_false_failure(successes, trials, delta, above=a)
+    share = (successes + 0.5) / (trials + 1)
+    runs = 20_000
+    counts = torch.binomial(torch.full((runs,), float(trials), dtype=torch.float64),
+                            torch.full((runs,), share, dtype=torch.float64), generator=gen).long()
+    fails_at = {c: not stats.clopper_pearson(c, trials, delta).low > a for c in range(trials + 1)}
+    failures = sum(fails_at[c] for c in counts.tolist())
+    assert 0.005 < rate < 0.5                                   # a rate the simulation can see
+    assert abs(failures / runs - rate) <= 5 * math.sqrt(rate * (1 - rate) / runs)
+    # both ends: the union of the two tails; 64 of 64 is not a certain pass
+    assert stats.binomial_false_failure(trials, trials, 1e-7, above=0.5) > 0
+    both = stats.binomial_false_failure(32, 64, 1e-3, above=0.2, below=0.8)
+    assert both == pytest.approx(stats.binomial_false_failure(32, 64, 1e-3, above=0.2)
+                                 + stats.binomial_false_failure(32, 64, 1e-3, below=0.8), rel=1e-9)
+    with pytest.raises(ValueError, match="above= and/or below="):
+        stats.binomial_false_failure(3, 10, 0.1)
+
+
+@pytest.mark.parametrize("side", ["above", "below"])
+def test_the_quantile_false_failure_rate_is_what_re_runs_of_the_sample_show(gen, side):
+    """A median check "exact quantile interval lies above a" (or below b): the rate assumes the
+    chance of a sample beyond the value is (c + ½)/(N + 1), c the observed count; re-runs draw N
+    uniforms on [0, 1], where that chance is the value itself, and recompute quantile_interval."""
+    n, delta = 101, 1e-3
+    samples = torch.linspace(0.005, 0.995, n, dtype=torch.float64)
+    value = 0.28 if side == "above" else 0.72                   # about 28 samples beyond it
+    kwargs = {side: value}
+    rate = stats.quantile_false_failure(samples, 0.5, delta, **kwargs)
+    count = int((samples <= value).sum()) if side == "above" else int((samples >= value).sum())
+    chance = (count + 0.5) / (n + 1)
+    threshold = chance if side == "above" else 1 - chance      # the value with that chance beyond it
+    runs = 4000
+    draws = torch.rand(runs, n, generator=gen, dtype=torch.float64)
+    failures = 0
+    for row in draws:
+        interval = stats.quantile_interval(row, 0.5, delta)
+        failures += not (interval.low > threshold if side == "above" else interval.high < threshold)
+    assert 0.01 < rate < 0.5
+    assert abs(failures / runs - rate) <= 5 * math.sqrt(rate * (1 - rate) / runs)
+
+
+def test_an_exclusion_may_state_only_its_false_failure_rate():
+    e = claims.Evidence("C3")
+    interval = stats.clopper_pearson(64, 64, 1e-7)
+    rate = stats.binomial_false_failure(64, 64, 1e-7, above=0.5)
+    e.beyond("64 of 64", 0.5, interval, side="below", false_failure=rate, false_failure_basis=stats.PLUG_IN_BASIS)
+    label = claims.kind_label(e.checks[0])
+    assert "margin" not in label and "false failure" in label and "not stated" not in label

@@ -361,3 +361,63 @@ def relative_error(value: Tensor, reference: Tensor) -> float:
     :math:`\max |v - r| / \max |r|` (max norms over all entries; no guard against a zero
     reference, which gives ``inf`` or ``nan``)."""
     return ((value - reference).abs().max() / reference.abs().max()).item()
+
+
+# --- false-failure rates of exclusion checks -------------------------------------------------------
+# An exclusion check ("the interval lies above a") fails on a re-run of the sampling though the
+# claim holds when the re-run's interval end crosses a. For the exact intervals the chance is an
+# exact binomial sum once a true share is assumed; the share plugged in is (c + ½)/(n + 1), c the
+# count observed (never 0 or 1, so 64 of 64 does not make a re-run certain).
+
+#: How :func:`binomial_false_failure` and :func:`quantile_false_failure` obtain their rate.
+PLUG_IN_BASIS = "exact binomial, share plugged in at (c + ½)/(n + 1)"
+
+
+def binomial_false_failure(successes: int, trials: int, failure_probability: float, *,
+                           above: float | None = None, below: float | None = None) -> float:
+    r"""The chance that a re-run's :func:`clopper_pearson` interval (same ``trials`` and δ) fails
+    to lie wholly above ``above`` and/or wholly below ``below``, for counts
+    :math:`B \sim \mathrm{Binomial}(n, (x + \tfrac12)/(n + 1))`: the false-failure rate of a check
+    ``beyond(above, share, side="below")`` (or ``side="above"`` with ``below``)."""
+    from scipy.stats import beta, binom
+
+    delta = _delta(failure_probability)
+    if trials <= 0 or not 0 <= successes <= trials:
+        raise ValueError(f"need 0 ≤ successes ≤ trials and trials > 0, got {successes}/{trials}")
+    if above is None and below is None:
+        raise ValueError("name the excluded value: above= and/or below=")
+    counts = np.arange(trials + 1)
+    low = np.where(counts == 0, 0.0, beta.ppf(delta / 2, np.maximum(counts, 1), trials - counts + 1))
+    high = np.where(counts == trials, 1.0, beta.isf(delta / 2, counts + 1, np.maximum(trials - counts, 1)))
+    passes = np.ones(trials + 1, dtype=bool)
+    if above is not None:
+        passes &= low > above
+    if below is not None:
+        passes &= high < below
+    share = (successes + 0.5) / (trials + 1)
+    return float(min(1.0, binom.pmf(counts[~passes], trials, share).sum()))
+
+
+def quantile_false_failure(samples: Tensor, quantile: float = 0.5, failure_probability: float = 1e-7, *,
+                           above: float | None = None, below: float | None = None) -> float:
+    r"""The chance that a re-run's :func:`quantile_interval` (same N, q, δ) fails to lie wholly above
+    ``above`` and/or below ``below``. The interval :math:`[X_{(l)}, X_{(u)}]` lies above ``a`` unless
+    :math:`\#\{X_i \le a\} \ge l`, below ``b`` unless :math:`\#\{X_i \ge b\} \ge N - u + 1`; each
+    count is Binomial(N, p) with p plugged in at (c + ½)/(N + 1) from the samples' own count c
+    (a union of the two tails when both are given)."""
+    from scipy.stats import binom
+
+    x = _flat(samples)
+    delta = _delta(failure_probability)
+    if above is None and below is None:
+        raise ValueError("name the excluded value: above= and/or below=")
+    n = x.numel()
+    lower_rank, upper_rank = _order_statistic_ranks(n, quantile, delta)
+    rate = 0.0
+    if above is not None:
+        c = int((x <= above).sum())
+        rate += float(binom.sf(lower_rank - 1, n, (c + 0.5) / (n + 1)))          # P(count ≥ l)
+    if below is not None:
+        c = int((x >= below).sum())
+        rate += float(binom.sf(n - upper_rank, n, (c + 0.5) / (n + 1)))          # P(count ≥ N − u + 1)
+    return min(1.0, rate)

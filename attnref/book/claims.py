@@ -795,8 +795,8 @@ def kind_label(c) -> str:
         text = f"{c['kind']} ({c['bound']}, nominal level {level}"
     if c.get("excludes"):
         margin = c.get("margin_se")
-        text += ("; margin " + (f"{format_value(margin, 2)} SE" if margin is not None else "not stated")
-                 + f", false failure {false_failure_text(c.get('false_failure'))}")
+        text += "; " + (f"margin {format_value(margin, 2)} SE, " if margin is not None else "") \
+            + f"false failure {false_failure_text(c.get('false_failure'))}"
     return text + ")"
 
 
