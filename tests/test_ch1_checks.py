@@ -30,7 +30,7 @@ import notebook_sections                     # tests/notebook_sections.py
 from notebook_sections import assert_caught
 
 NOTEBOOK = "01-nonlinearity.ipynb"
-CLAIM_IDS = [f"Q{i}" for i in range(1, 8)]
+CLAIM_IDS = [f"Q{i}" for i in range(1, 9)]
 
 
 def run_section(claim_id: str, replace: tuple[str, str] | None = None, namespace: dict | None = None):
@@ -256,6 +256,50 @@ def test_q7_catches_a_leaky_relu_slope_that_ignores_its_argument(monkeypatch):
     assert "(3) the GATv2 example through attnref: max |e − exact|" in failing(checks)
 
 
+def test_q8_catches_normalised_sigmoid_weights(monkeypatch):
+    """A 'sigmoid attention' that divides each row by its sum is softmax-like: Q8's parity with
+    torch's formula fails, and so does the counterexample (b = 0 rows no longer grow with m)."""
+    real = attnref.sigmoid_attention
+
+    def normalised(query, key, value, **kwargs):
+        result = real(query, key, value, **kwargs)
+        weights = result.weights / result.weights.sum(-1, keepdim=True).clamp(min=1e-300)
+        return result._replace(output=weights @ value, weights=weights)
+
+    monkeypatch.setattr(attnref, "sigmoid_attention", normalised)
+    verdict, checks = run_section("Q8")
+    assert_caught("Q8", verdict, checks, "sigmoid_attention vs torch.sigmoid")
+    assert any(name.startswith("b = 0: smallest row sum") for name in failing(checks))
+
+
+@pytest.mark.parametrize("wrong_bias", [lambda m: -0.5 * math.log(m), lambda m: 0.0, lambda m: -2 * math.log(m)],
+                         ids=["half log m", "no bias", "twice log m"])
+def test_q8_catches_a_default_bias_other_than_minus_log_m(monkeypatch, wrong_bias):
+    real = attnref.sigmoid_attention
+
+    def biased(query, key, value, *, bias=None, **kwargs):
+        return real(query, key, value, bias=wrong_bias(key.shape[-2]) if bias is None else bias, **kwargs)
+
+    monkeypatch.setattr(attnref, "sigmoid_attention", biased)
+    verdict, checks = run_section("Q8")
+    assert_caught("Q8", verdict, checks, "eq-q8-tuned: row sums vs")
+
+
+def test_q8_catches_a_mask_that_leaves_a_small_weight(monkeypatch):
+    real = attnref.sigmoid_attention
+
+    def leaky(query, key, value, *, mask=None, key_mask=None, causal=False, **kwargs):
+        if not causal:
+            return real(query, key, value, mask=mask, key_mask=key_mask, **kwargs)
+        n, m = query.shape[-2], key.shape[-2]
+        additive = torch.zeros(n, m, dtype=query.dtype).masked_fill(~torch.ones(n, m, dtype=torch.bool).tril(), -40.0)
+        return real(query, key, value, mask=additive, key_mask=key_mask, **kwargs)   # σ(z − 40) > 0
+
+    monkeypatch.setattr(attnref, "sigmoid_attention", leaky)
+    verdict, checks = run_section("Q8")
+    assert_caught("Q8", verdict, checks, "causal mask: every removed weight exactly 0")
+
+
 # ------------------------------------------------------------------------------------------
 # NaN never passes
 # ------------------------------------------------------------------------------------------
@@ -270,6 +314,7 @@ NAN_SITES = {
     # attnref.softmax refuses NaN logits (ValueError), so Q6's NaN enters through the weights
     "Q6": (attnref, "softmax", None, "tanh: log–log slope of the query dependence"),
     "Q7": (attnref, "attention_from_scores", "weights", "weights over the neighbours"),
+    "Q8": (attnref, "sigmoid_attention", "weights", "eq-q8-tuned: row sums vs"),
 }
 
 
