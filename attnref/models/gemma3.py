@@ -44,6 +44,7 @@ from attnref import _validate as check
 from attnref import rope
 from attnref.attention import AttentionResult, scaled_dot_product_attention
 from attnref.decoder import rms_norm
+from attnref.qknorm import qk_rms_norm
 
 Tensor = torch.Tensor
 
@@ -198,15 +199,6 @@ def gemma_rms_norm(x: Tensor, w: Tensor, eps: float = 1e-6) -> Tensor:
     return rms_norm(x, 1.0 + w, eps)
 
 
-def qk_norm(q: Tensor, w: Tensor, eps: float = 1e-6) -> Tensor:
-    r"""QK-norm: each head's query (or key) row ``(..., heads, n, d_k)`` divided by its own root mean
-    square and multiplied by the gain ``1 + w`` (``w`` of width ``d_k``, shared by the heads).
-    Every output row lies on the ellipsoid :math:`\{g \odot u : \lVert u\rVert = \sqrt{d_k}\}`, up to ε."""
-    check.floating("q", q, min_dim=2)
-    if w.shape != (q.shape[-1],):
-        raise ValueError(f"the QK-norm weight must have shape ({q.shape[-1]},) = (d_k,) for rows of shape "
-                         f"{tuple(q.shape)}, got {tuple(w.shape)}")
-    return gemma_rms_norm(q, w, eps)
 
 
 def gelu_tanh(z: Tensor) -> Tensor:
@@ -225,15 +217,6 @@ def geglu(x: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
     return (gate * up) @ w_down           # (..., n, d_ff) @ (d_ff, d) -> (..., n, d)
 
 
-def window_mask(n: int, window: int | None, device=None) -> Tensor | None:
-    """Boolean ``(n, n)``: query ``i`` may attend to key ``j`` iff ``i − window < j`` (combined with the
-    causal ``j ≤ i`` by the attention); ``None`` without a window."""
-    if window is None:
-        return None
-    i = torch.arange(n, device=device)
-    return i[None, :] > i[:, None] - window                              # (n, n): j > i − window
-
-
 class QKNormTrace(NamedTuple):
     """What a Gemma attention computed besides its output and weights."""
 
@@ -250,25 +233,25 @@ def attention(x: Tensor, *, weights: Gemma3LayerWeights, config: Gemma3Config, l
               causal: bool = True) -> AttentionResult:
     """Gemma 3's attention on normalised inputs ``x`` (..., n, d): grouped-query projections, QK-norm,
     rotary positions with the block's base, the query scale of the config, the block's sliding
-    window (if any) on top of the causal mask."""
+    window (if any) on top of the causal mask. QK-norm is :func:`attnref.qknorm.qk_rms_norm` (every
+    normalised row lies on the ellipsoid :math:`\{g \odot u : \lVert u\rVert = \sqrt{d_k}\}` up to ε,
+    ``g = 1 + w``); the window is :func:`attnref.scaled_dot_product_attention`'s ``window=``."""
     c = config
     check.floating("x", x, min_dim=2)
     if x.shape[-1] != c.d:
         raise ValueError(f"x must have width d = {c.d}, got shape {tuple(x.shape)}")
-    n = x.shape[-2]
     q = (x @ weights.w_q).unflatten(-1, (c.h, c.d_k)).transpose(-3, -2)       # (..., h, n, d_k)
     k = (x @ weights.w_k).unflatten(-1, (c.h_kv, c.d_k)).transpose(-3, -2)    # (..., h_kv, n, d_k)
     v = (x @ weights.w_v).unflatten(-1, (c.h_kv, c.d_k)).transpose(-3, -2)    # (..., h_kv, n, d_k)
-    q_hat = qk_norm(q, weights.q_norm, c.eps)
-    k_hat = qk_norm(k, weights.k_norm, c.eps)
+    q_hat = qk_rms_norm(q, weights.q_norm, eps=c.eps)                          # QK-norm: RMS 1, gain 1 + w_q
+    k_hat = qk_rms_norm(k, weights.k_norm, eps=c.eps)
     base = c.rope_base(layer)
     q_rot = rope.rotate(q_hat, None, base)
     k_rot = rope.rotate(k_hat, None, base)
     group = c.h // c.h_kv
     heads = scaled_dot_product_attention(q_rot, k_rot.repeat_interleave(group, dim=-3),
                                          v.repeat_interleave(group, dim=-3),
-                                         mask=window_mask(n, c.layer_window(layer), x.device),
-                                         causal=causal, scale=c.scale)
+                                         causal=causal, window=c.layer_window(layer), scale=c.scale)
     concatenated = heads.output.transpose(-3, -2).flatten(-2)                  # (..., n, h·d_k)
     return AttentionResult(concatenated @ weights.w_o, heads.weights,
                            trace=QKNormTrace(q, k, q_hat, k_hat, q_rot, k_rot, v))
