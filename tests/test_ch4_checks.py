@@ -90,6 +90,22 @@ def test_unmutated_sections_give_the_expected_verdict(claim_id):
     verdict, checks = run(claim_id)
     assert verdict == claims.CLAIMS[claim_id].expected, [c.name for c in checks if not c.passed]
     assert all(c.fails_if for c in checks), [c.name for c in checks if not c.fails_if]
+    # the union bound of the claim's guaranteed statistical checks stays within the engine's cap
+    assert claims.levels(checks)["failure_probability"] <= claims.MAX_FAILURE_PROBABILITY
+
+
+def test_the_stored_union_bounds_stay_below_the_cap():
+    # the "Levels" line each stored verdict shows: at most 1e-6 for every claim of the chapter
+    import json
+    from pathlib import Path
+
+    cells = json.loads((Path(notebook_sections.NOTEBOOKS) / NOTEBOOK).read_text(encoding="utf-8"))["cells"]
+    stored = {o["metadata"][claims.METADATA_KEY]["id"]: o["metadata"][claims.METADATA_KEY]["levels"]
+              for c in cells for o in c.get("outputs", []) if claims.METADATA_KEY in o.get("metadata", {})}
+    assert sorted(stored) == sorted(CLAIM_IDS)
+    too_large = {k: v["failure_probability"] for k, v in stored.items()
+                 if v["failure_probability"] > claims.MAX_FAILURE_PROBABILITY}
+    assert not too_large, too_large
 
 
 # --- C1 -------------------------------------------------------------------------------------------
@@ -155,6 +171,67 @@ def test_c3_catches_a_uniform_law_on_minus_one_one(monkeypatch):
     monkeypatch.setattr(logit_scale, "standardised_components", narrow)
     verdict, checks = run("C3")
     caught("C3", verdict, checks, "uniform: E[q·k] = 0")
+
+
+def test_c3_catches_uniform_components_of_variance_five_sixths(monkeypatch):
+    # U(−√(5/2), √(5/2)): variance 5/6, E[(q·k)²] = 0.69 d_k, 31 % below d_k — beyond the 10 % margin
+    real = logit_scale.standardised_components
+
+    def five_sixths(distribution, *shape, generator, dtype=torch.float64):
+        x = real(distribution, *shape, generator=generator, dtype=dtype)
+        return x * math.sqrt(5 / 6) if distribution == "uniform" else x
+
+    monkeypatch.setattr(logit_scale, "standardised_components", five_sixths)
+    verdict, checks = run("C3")
+    caught("C3", verdict, checks, "uniform: E[q·k] = 0")
+
+
+def test_c3_catches_components_with_a_tenth_too_much_variance(monkeypatch):
+    # Gaussian components of variance 1.1 on both sides: E[(q·k)²] = 1.21 d_k
+    real = logit_scale.standardised_components
+
+    def wider(distribution, *shape, generator, dtype=torch.float64):
+        x = real(distribution, *shape, generator=generator, dtype=dtype)
+        return x * math.sqrt(1.1) if distribution == "gaussian" else x
+
+    monkeypatch.setattr(logit_scale, "standardised_components", wider)
+    verdict, checks = run("C3")
+    caught("C3", verdict, checks, "gaussian: E[q·k] = 0")
+
+
+def _interval_delta_and_recorded(monkeypatch, replace=None):
+    """Run C3 while recording every median-of-means interval the section computes; return the δ
+    those intervals sum to and the δ the section's checks with that bound record."""
+    from attnref.analysis import stats
+
+    made = []
+    real = stats.median_of_means
+
+    def recording(*args, **kwargs):
+        interval = real(*args, **kwargs)
+        made.append(interval)
+        return interval
+
+    monkeypatch.setattr(stats, "median_of_means", recording)
+    verdict, checks = run("C3", replace)
+    recorded = sum(c.failure_probability for c in checks if c.bound == "median of means")
+    return sum(i.failure_probability for i in made), recorded, verdict
+
+
+def test_c3_records_the_failure_probability_of_every_interval_it_uses(monkeypatch):
+    # Every median-of-means interval C3 computes feeds one recorded check; the δ the checks record
+    # (the union bound of the verdict) must be the sum over those intervals, not a typed count.
+    used, recorded, verdict = _interval_delta_and_recorded(monkeypatch)
+    assert verdict == claims.HOLDS
+    assert used > 0 and math.isclose(recorded, used, rel_tol=1e-9), (recorded, used)
+
+
+def test_the_union_bound_test_catches_a_check_stating_half_its_intervals(monkeypatch):
+    # The injected bug of issue 38: a law's check states the δ of 3 of its 6 intervals.
+    used, recorded, verdict = _interval_delta_and_recorded(
+        monkeypatch, ("failure_probability=union(used),", "failure_probability=union(used[:3]),"))
+    assert verdict == claims.HOLDS                   # the verdict cannot see it ...
+    assert recorded < used - 1e-12                   # ... the comparison with the intervals does
 
 
 def test_c3_a_broken_demonstration_is_shown_but_does_not_vote(monkeypatch):
@@ -296,3 +373,4 @@ def test_c10_catches_a_t5_initialisation_with_one_over_d_k(monkeypatch):
                         lambda d_model, d_kv, factor=1.0: (factor / (d_model ** 0.5 * d_kv), factor * d_model ** -0.5))
     verdict, checks = run("C10")
     caught("C10", verdict, checks, "T5's initialisation")
+
