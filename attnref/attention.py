@@ -172,8 +172,8 @@ def _content_mask(shape: tuple[int, ...], dtype: torch.dtype, device: torch.devi
     return check.combine_masks(mask, keep)
 
 
-#: Rows of the scores whose causal/window mask is built at once: at most this many booleans.
-STRUCTURE_CHUNK = 2 ** 20
+#: Rows of the scores whose causal/window mask is built at once: at most this many booleans (256 KiB).
+STRUCTURE_CHUNK = 2 ** 18
 
 
 def _hide_structure(scores: Tensor, causal: bool, window: int | None) -> Tensor:
