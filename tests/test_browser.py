@@ -810,6 +810,57 @@ def test_menu_and_contents_buttons_open_their_drawers(site: Path, server: str) -
     assert sum(link.startswith("#") for link in found[(desktop, "secondary")]["before"]["links"]) >= 5
 
 
+PICK_SECTION = """() => {
+  const dialog = document.getElementById("pst-secondary-sidebar-modal");
+  const links = Array.from(dialog.querySelectorAll("a[href^='#']")).filter(a => a.getBoundingClientRect().height > 0);
+  return links.length > 3 ? links[3].getAttribute("href") : null;
+}"""
+
+AFTER_PICK = """(href) => {
+  const target = document.getElementById(decodeURIComponent(href.slice(1)));
+  const toggle = Array.from(document.querySelectorAll(".secondary-toggle")).find(b => b.getBoundingClientRect().width > 0);
+  const r = toggle.getBoundingClientRect();
+  const hit = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+  return {open: document.getElementById("pst-secondary-sidebar-modal").open, hash: location.hash,
+          top: target ? target.getBoundingClientRect().top : null, headerTappable: !!(hit && toggle.contains(hit))};
+}"""
+
+
+async def _pick_a_section(playwright_api, server: str, path: str, width: int) -> dict:
+    args = [*CHROMIUM_ARGS, f"--proxy-server={server.rstrip('/')}"]
+    async with playwright_api.async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=args, headless=True)
+        page = await browser.new_page(viewport={"width": width, "height": 800})
+        await page.goto(server + path, wait_until="load")
+        await page.wait_for_load_state("networkidle")
+        await page.locator(".secondary-toggle").locator("visible=true").first.click()
+        await page.wait_for_timeout(400)
+        href = await page.evaluate(PICK_SECTION)
+        found = {"href": href}
+        if href:
+            await page.locator(f"#pst-secondary-sidebar-modal a[href='{href}']").first.click()   # a real tap
+            await page.wait_for_timeout(600)
+            found.update(await page.evaluate(AFTER_PICK, href))
+            await page.screenshot(path=str(ARTEFACTS / f"contents-picked-{width}.png"))
+        await browser.close()
+    return found
+
+
+def test_the_contents_drawer_closes_when_a_section_is_picked(server: str) -> None:
+    """On a phone the contents drawer stayed open over the section the reader picked (292 of 390 px),
+    taking every tap on the header. Picked: the drawer closes, the page is at the section, the
+    header's buttons take taps again."""
+    playwright_api = pytest.importorskip("playwright.async_api",
+                                         reason="the Python package playwright is not installed")
+    ARTEFACTS.mkdir(parents=True, exist_ok=True)
+    found = asyncio.run(_pick_a_section(playwright_api, server, "notebooks/01-nonlinearity.html", 390))
+    assert found["href"], "the contents drawer lists fewer than four sections"
+    assert not found["open"], "the contents drawer is still open after a section was picked"
+    assert found["hash"] == found["href"], found
+    assert found["top"] is not None and -5 <= found["top"] <= 200, f"the picked section is not in view: {found}"
+    assert found["headerTappable"], "a tap on the header's contents button does not reach it"
+
+
 # ------------------------------------------------------------------------------------------
 # Search: the questions readers type
 # ------------------------------------------------------------------------------------------

@@ -108,6 +108,30 @@
       }
     });
   }
+  // A drawer (the menu or the contents, a modal <dialog> on a narrow screen) closes once the reader
+  // picks a link in it: pydata-sphinx-theme 0.17.1 left the contents drawer open over the section
+  // the reader asked for, taking every tap.
+  function closeDrawersOnNavigation() {
+    ["pst-primary-sidebar-modal", "pst-secondary-sidebar-modal"].forEach(function (id) {
+      var dialog = document.getElementById(id);
+      if (!dialog) { return; }
+      dialog.addEventListener("click", function (event) {
+        var link = event.target.closest && event.target.closest("a[href]");
+        if (!link || !dialog.open || event.defaultPrevented) { return; }
+        var href = link.getAttribute("href");
+        if (href.charAt(0) === "#") {   // a section of this page: go there once the drawer is closed
+          event.preventDefault();       // and the theme has given the focus back to the header
+          dialog.addEventListener("close", function () {
+            setTimeout(function () {
+              var target = document.getElementById(decodeURIComponent(href.slice(1)));
+              if (location.hash !== href) { location.hash = href; } else if (target) { target.scrollIntoView(); }
+            }, 0);
+          }, {once: true});
+        }
+        dialog.close();
+      });
+    });
+  }
   // The search page lists page titles, some with math (√d_k): typeset them as they arrive.
   function typesetSearchResults() {
     var results = document.getElementById("search-results");
@@ -208,6 +232,7 @@
     if (document.readyState === "loading") { document.addEventListener("DOMContentLoaded", action); } else { action(); }
   }
   ready(wireToggles);
+  ready(closeDrawersOnNavigation);
   ready(typesetSearchResults);
   readableSnippets();
   ready(start);
