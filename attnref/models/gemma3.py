@@ -231,7 +231,7 @@ class QKNormTrace(NamedTuple):
 
 def attention(x: Tensor, *, weights: Gemma3LayerWeights, config: Gemma3Config, layer: int,
               causal: bool = True) -> AttentionResult:
-    """Gemma 3's attention on normalised inputs ``x`` (..., n, d): grouped-query projections, QK-norm,
+    r"""Gemma 3's attention on normalised inputs ``x`` (..., n, d): grouped-query projections, QK-norm,
     rotary positions with the block's base, the query scale of the config, the block's sliding
     window (if any) on top of the causal mask. QK-norm is :func:`attnref.qknorm.qk_rms_norm` (every
     normalised row lies on the ellipsoid :math:`\{g \odot u : \lVert u\rVert = \sqrt{d_k}\}` up to ε,
