@@ -59,6 +59,7 @@ CHAPTERS = {
     6: Chapter(6, "trained-model", "The claims on trained Transformers", "notebooks/06-trained-model"),
     7: Chapter(7, "depth", "Depth: what keeps a stack of attention layers alive", "notebooks/07-depth"),
     8: Chapter(8, "training", "Does it matter in training?", "notebooks/08-training"),
+    9: Chapter(9, "online-softmax", "Attention without the $n \\times m$ matrix", "notebooks/09-online-softmax"),
 }
 
 _C = Claim
@@ -124,6 +125,8 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
     _C("E5", "fused-vs-factored", 8, r"One full $d \times d$ matrix per head trains better than the factors $W_Q$, $W_K$ at equal score parameters.", NOT_ESTABLISHED),
     _C("E6", "logit-growth", 8, "At a high learning rate dot-product attention logits grow and the attention entropy collapses, while QK-norm keeps them bounded.", HOLDS),
     _C("E7", "heads-vs-width", 8, r"$h$ heads of width $d/h$ train better than one head of width $d$ at equal parameters on a task that reads two positions at once.", HOLDS),
+    # 9 · Attention without the n × m matrix
+    _C("F1", "online-softmax", 9, r"Attention can be computed block by block with the online softmax (a running maximum, a running sum and a rescaled accumulator) without ever forming the $n \times m$ matrix: exactly $\mathrm{softmax}(QK^\top/\sqrt{d_k})V$ in real arithmetic, within a derived round-off bound in floating point, in memory $O(n \cdot \text{block})$ instead of $O(nm)$.", HOLDS),
 ]}
 
 @dataclass(frozen=True)
