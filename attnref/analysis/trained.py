@@ -365,15 +365,21 @@ def bootstrap_interval(estimate: float | Tensor, replicates: Tensor,
 
     ``scale="log"`` (a positive quantity: a variance ratio, a KL, a coefficient of variation) or
     ``"logit"`` (a proportion): the interval is built on that scale and mapped back, so it stays
-    positive (inside (0, 1)); a replicate outside the scale's domain makes the interval NaN."""
+    positive (inside (0, 1)); a replicate outside the scale's domain makes the interval NaN.
+    The interval's ``standard_error`` is sd(replicates) carried back to the quantity's scale (delta
+    method), for the margins of exclusion checks (``claims.beyond``)."""
     r = _forward(replicates.double().flatten(), scale)
     if r.numel() < 2:
         raise ValueError("need at least 2 bootstrap replicates")
     z = stats.normal_quantile(failure_probability)
     centre = _forward(torch.as_tensor(float(estimate), dtype=torch.float64), scale)
-    half = z * r.std(unbiased=True)
+    spread = r.std(unbiased=True)
+    half = z * spread
     low, high = (float(_back(centre + sign * half, scale)) for sign in (-1, 1))
-    return stats.Interval(float(estimate), low, high, BOOTSTRAP, failure_probability, r.numel())
+    # the standard error on the quantity's own scale (delta method: d back / d centre · sd)
+    value = float(estimate)
+    slope = {None: 1.0, "log": abs(value), "logit": value * (1 - value)}[scale]
+    return stats.Interval(value, low, high, BOOTSTRAP, failure_probability, r.numel(), float(spread) * slope)
 
 
 def bootstrap_band(estimate: Tensor, replicates: Tensor, failure_probability: float = 0.05,

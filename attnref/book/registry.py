@@ -78,8 +78,8 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
     _C("L2", "layernorm-nonlinear", 2, "Between the attention output projection and the FFN there are only linear layers in a row.", FAILS),
     _C("L3", "post-ln-block", 2, r"A post-LN block is $y = \mathrm{LN}(x + \mathrm{MHA}(x))$, $z = \mathrm{LN}(y + \mathrm{FFN}(y))$, as in torch's TransformerEncoderLayer.", HOLDS),
     _C("L4", "random-cosine", 2, r"Independent random vectors in $d$ dimensions are nearly orthogonal: $\mathrm{E}[\cos^2] = 1/d$.", HOLDS),
-    _C("L5", "parameter-free", 2, "Self-attention has no parameters.", CONDITIONS),
-    _C("L6", "no-zero-weights", 2, "Attention weights of dissimilar tokens become zero or negative.", FAILS),
+    _C("L5", "parameter-free", 2, "Self-attention — the attention layer of the Transformer the thread explains — has no parameters. (The basic form without projections has none: a different statement, checked beside the evidence.)", FAILS),
+    _C("L6", "no-zero-weights", 2, "In exact arithmetic, the attention weights of dissimilar tokens become zero or negative. (In floating point a weight underflows to exactly 0 beyond a finite logit gap.)", FAILS),
     # 3 · Attention versus a linear layer
     _C("M1", "input-dependent-weights", 3, "Attention and a linear layer both output weighted sums, but attention's weights depend on the input.", HOLDS),
     _C("M2", "position-wise", 3, "A linear layer applied to every token is a kernel-size-1 convolution; a window over tokens is a wider one.", HOLDS),
@@ -111,6 +111,7 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
     # 6 · The claims on trained Transformers
     _C("A1", "attention-sinks", 6, "Trained Transformers park much of their attention mass on a few content-free tokens (attention sinks): since softmax weights cannot be zero, a head with nothing to attend to attends to a sink, whose small value vector makes that mass a near no-op.", HOLDS),
     _C("A2", "anisotropy", 6, r"L4's isotropic premise fails for trained representations: token vectors share common directions, so tokens of different sentences have a mean cosine well above 0 and $\mathrm{E}[\cos^2]$ far above $1/d$.", HOLDS),
+    _C("A3", "semantic-cosine", 6, "Semantically closer tokens have a higher cosine: tokens of two sentences with one meaning are closer than tokens of unrelated sentences, also once the common direction every token shares (A2) is removed.", HOLDS),
     # 7 · Depth
     _C("D1", "rank-collapse", 7, "A stack of self-attention layers drives the tokens to one shared vector (rank collapse), doubly exponentially in depth, with or without skip connections.", CONDITIONS),
     _C("D2", "pre-ln-identity-path", 7, r"The pre-LN block $x + F(\mathrm{LN}(x))$ is the pre-activation ResNet: at initialisation its last layer's gradient shrinks like $1/\sqrt{L}$ with depth $L$ (post-LN's does not depend on $L$ and is larger), and post-LN's per-layer gradients grow toward the output while pre-LN's do not.", HOLDS),
