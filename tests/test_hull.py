@@ -146,3 +146,44 @@ def test_distance_to_hull_bad_input():
         hull.distance_to_hull(t(3, 2), t(4, 3))
     with pytest.raises(ValueError, match=r"vertices must hold at least one point, got shape \(0, 2\)"):
         hull.distance_to_hull(t(3, 2), t(0, 2))
+
+
+# --- interior_points (chapter 4, C9) -----------------------------------------------------------
+
+def test_interior_points_of_a_square_with_its_centre_and_an_edge_point():
+    points = tensor([[0, 0], [2, 0], [2, 2], [0, 2], [1, 1], [1, 0]])
+    assert hull.interior_points(points).tolist() == [False, False, False, False, True, True]
+
+
+def test_interior_points_agree_with_the_2d_hull_and_with_the_distance(gen):
+    # oracle 1: in 2-D a point is a vertex exactly when the monotone chain keeps it
+    points = randn(gen, 40, 2)
+    vertices = hull.convex_hull_2d(points)
+    is_vertex = torch.tensor([bool(((vertices - p).abs().sum(dim=1) == 0).any()) for p in points])
+    assert torch.equal(hull.interior_points(points), ~is_vertex)
+    # oracle 2: in 5-D, the distance to the hull of the others for every point
+    cloud = randn(gen, 30, 5) * torch.linspace(0.2, 2.0, 30, dtype=torch.float64)[:, None]
+    distances = torch.stack([hull.distance_to_hull(cloud[j:j + 1], torch.cat([cloud[:j], cloud[j + 1:]]))[0][0]
+                             for j in range(30)])
+    assert torch.equal(hull.interior_points(cloud), distances <= 1e-9 * cloud.norm(dim=1).max())
+
+
+def test_interior_points_bad_directions_cannot_make_an_interior_point_a_vertex(gen):
+    # a direction that does not separate falls back to the exact test; the centre stays inside
+    points = tensor([[0, 0], [2, 0], [2, 2], [0, 2], [1, 1]])
+    assert hull.interior_points(points, directions=-points).tolist() == [False] * 4 + [True]
+
+
+def test_simplex_and_sphere_points_are_all_vertices(gen):
+    simplex = randn(gen, 6, 5)                                   # d + 1 points in general position
+    assert not hull.interior_points(simplex).any()
+    sphere = randn(gen, 200, 3)
+    sphere = sphere / sphere.norm(dim=1, keepdim=True)
+    assert not hull.interior_points(sphere).any()
+
+
+def test_interior_points_bad_input():
+    with pytest.raises(ValueError, match="at least 2 rows"):
+        hull.interior_points(tensor([[1.0, 2.0]]))
+    with pytest.raises(ValueError, match="directions must have the shape of points"):
+        hull.interior_points(tensor([[0, 0], [1, 1]]), directions=tensor([[1.0, 0.0]]))

@@ -81,6 +81,17 @@ def test_entropy_matches_torch_categorical(gen):
     assert (entropy - reference).abs().max() < PARITY_ATOL
 
 
+def test_entropy_is_in_nats_not_bits(gen):
+    # against torch (nats) and log m for uniform rows, for several m: a log₂ would be off by 1/ln 2
+    for m in (2, 5, 64):
+        uniform = torch.full((3, m), 1 / m, dtype=torch.float64)
+        assert (logit_scale.attention_entropy(uniform) - math.log(m)).abs().max() < 1e-14
+    weights = attnref.softmax(randn(gen, 50, 9) * 3)
+    reference = torch.distributions.Categorical(probs=weights).entropy()
+    assert (logit_scale.attention_entropy(weights) - reference).abs().max() < 1e-13
+    assert (logit_scale.attention_entropy(weights) / math.log(2) - reference).abs().max() > 0.1
+
+
 def test_entropy_of_a_fully_masked_row_is_zero():
     weights = torch.tensor([[0.5, 0.5], [0.0, 0.0]], dtype=torch.float64)
     assert logit_scale.attention_entropy(weights).tolist() == pytest.approx([math.log(2), 0.0])
@@ -257,9 +268,17 @@ def test_gap_median_matches_a_simulation(gen):
     from attnref.analysis import stats
 
     m = 16
-    top2 = torch.randn(200_000, m, generator=gen, dtype=torch.float64).topk(2, dim=-1).values
+    # 400 000 simulated gaps; the exact order-statistic interval of their median (failure
+    # probability 1e-6) must hold the integral's median — and exclude the same integral with one
+    # factor Φ too few (Φ^{m−2}: 0.403 instead of 0.365), a bug the chapter's 25 % rate margin passes
+    top2 = torch.randn(400_000, m, generator=gen, dtype=torch.float64).topk(2, dim=-1).values
     interval = stats.quantile_interval(top2[:, 0] - top2[:, 1], 0.5, 1e-6)
     assert interval.low <= logit_scale.top_two_gap_median(m) <= interval.high
+    x = torch.linspace(-12.0, 16.0, 40001, dtype=torch.float64)
+    phi = torch.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+    survival = lambda g, power: m * torch.trapezoid(phi * torch.special.ndtr(x - g) ** power, x).item()
+    assert survival(interval.low, m - 1) > 0.5 > survival(interval.high, m - 1)     # the integral agrees
+    assert survival(interval.high, m - 2) > 0.5                                     # Φ^{m−2}: median above
     # two normals: G = |Z_1 − Z_2| ~ √2 |Z|, median √2 Φ⁻¹(3/4)
     assert logit_scale.top_two_gap_median(2) == pytest.approx(math.sqrt(2) * 0.6744897501960817, rel=1e-6)
 
