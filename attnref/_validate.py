@@ -183,15 +183,18 @@ def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
 
     Plain Python on purpose: ``torch.broadcast_shapes`` imports sympy on its first call (~0.5 s).
     """
-    length = max((len(s) for s in shapes), default=0)
-    result = []
-    for axis in range(1, length + 1):
-        sizes = {s[-axis] for s in shapes if len(s) >= axis}
-        non_one = sizes - {1}
-        if len(non_one) > 1:
-            return None
-        result.append(non_one.pop() if non_one else 1)
-    return tuple(reversed(result))
+    length = 0
+    for s in shapes:                   # plain loops: torch.compile traces them (max(..., default=) it cannot)
+        length = len(s) if len(s) > length else length
+    result = [1] * length
+    for s in shapes:
+        offset = length - len(s)
+        for i, size in enumerate(s):
+            if size != 1:
+                if result[offset + i] not in (1, size):
+                    return None
+                result[offset + i] = size
+    return tuple(result)
 
 
 def batch_compatible(names: tuple[str, ...], tensors: tuple[Tensor, ...], trailing: int = 2) -> None:

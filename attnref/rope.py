@@ -119,7 +119,7 @@ def _positions(positions, n: int | None, dtype: torch.dtype, device) -> Tensor:
         raise ValueError(f"positions of shape {tuple(positions.shape)} do not match the n = {n} tokens "
                          f"of x (its last dimension must be {n})")
     positions = positions.to(dtype)
-    if positions.device.type != "meta" and not torch.isfinite(positions).all():
+    if check.has_values(positions) and not torch.isfinite(positions).all():   # a value check (attnref.checks)
         raise ValueError(f"positions must be finite, got shape {tuple(positions.shape)} with NaN or ±inf")
     return positions
 
