@@ -41,7 +41,7 @@ PORTABLE_ARGS ?=
 KERNEL_PATHS ?= avx512:AVX512 avx2:AVX2 default:SSE4_2
 DETERMINISM_LOG ?= /tmp/attention-claims-determinism.log
 
-.PHONY: portability experiments experiments-recheck measure install book bundle bundle-check pdf test test-fast seeds test-seeds determinism bench preflight execute lock clean help
+.PHONY: portability experiments experiments-recheck experiments-robust measure install book bundle bundle-check pdf test test-fast seeds test-seeds determinism bench preflight execute lock clean help
 
 help:
 	@echo "make book | make pdf (the PDF edition) | make bundle (notebooks + wheel + reader lock, for download) | make bundle-check (its README run for real) | make test | make test-fast (no notebooks) | make execute (refresh stored outputs) | make clean"
@@ -140,6 +140,12 @@ EXPERIMENTS_ARGS ?=
 experiments: $(STAMP)
 	$(RUN) $(BIN)/python tools/run_experiments.py --jobs $(JOBS) $(EXPERIMENTS_ARGS)
 	@$(MAKE) --no-print-directory experiments-recheck
+	@$(MAKE) --no-print-directory experiments-robust
+
+# The robustness grid of plan amendment 2 around every stored choice (learning-rate neighbours at the
+# plan's budget, budgets 2 and 4 x): data/experiments/robust/.
+experiments-robust: $(STAMP)
+	$(RUN) $(BIN)/python tools/run_experiments.py --jobs $(JOBS) --robust --out data/experiments/robust $(EXPERIMENTS_ARGS)
 
 # Every comparison run of E1-E7 again on torch's portable CPU kernels (about 1.5 minutes on 2 idle
 # cores): each decision of chapter 8 has a supporting check that it is the same there

@@ -109,9 +109,11 @@ def _shard(text: str | None) -> tuple[int, int]:
     return i, k
 
 
-def _header(e: str, plan: dict, plan_sha: str) -> dict:
+def _header(e: str, plan: dict, plan_sha: str, plan_file: Path | None = None) -> dict:
     design = plan["design"]
-    return {"experiment": e, "plan_sha256": plan_sha, "training_code_hash": training_code_hash(),
+    return {"experiment": e, "plan_sha256": plan_sha,
+            "amendments_sha256": ex.amendments_hash(Path(plan_file or ex.PLAN).parent),
+            "training_code_hash": training_code_hash(),
             "attnref_source_hash": attnref_source_hash(), "torch_version": torch.__version__,
             "python_version": platform.python_version(), "device": DEVICE,
             "machine": provenance.machine(), "seeds": list(design["comparison_seeds"]),
@@ -126,7 +128,7 @@ def _best(records: dict, n: int):
 
 def run(args) -> int:
     plan_file = Path(args.plan)
-    plan = ex.load_plan(plan_file)
+    plan = ex.load_amended_plan(plan_file)
     plan_sha = ex.plan_hash(plan_file)
     all_settings = ex.settings(plan, steps=args.steps)
     chosen = _selected(args)
@@ -174,7 +176,7 @@ def run(args) -> int:
                 edge[j] = best[j] in (min(records), max(records))
             runs = _map(pool, [((e, j, seed), s, seed, best[j]) for j, s in ss for seed in seeds], bar)
             count += len(runs)
-            data = {**_header(e, plan, plan_sha), "shard": f"{i_shard}/{k_shard}", "settings": [{
+            data = {**_header(e, plan, plan_sha, plan_file), "shard": f"{i_shard}/{k_shard}", "settings": [{
                 "variant": s.variant, "group": s.group, "n": s.n, "steps": s.steps, "lr": best[j],
                 "lr_tuned": s.lr is None, "lr_at_edge": edge[j],
                 "tuning": [{"lr": lr, **tuned[(e, j, lr)]["eval"][str(n_of[j])]}
@@ -199,7 +201,7 @@ def run(args) -> int:
 
 def merge(args) -> int:
     """Join the shards' files: the settings of every shard in the plan's order."""
-    plan = ex.load_plan(args.plan)
+    plan = ex.load_amended_plan(args.plan)
     order = {e: [(s.variant, s.group) for s in ss] for e, ss in ex.settings(plan).items()}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -275,7 +277,7 @@ def recheck(args) -> int:
     from attnref.training import results
 
     start = time.perf_counter()
-    plan = ex.load_plan(args.plan)
+    plan = ex.load_amended_plan(args.plan)
     chosen = [s.strip().upper() for s in args.only.split(",") if s.strip()] or list(ex.settings(plan))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -304,6 +306,72 @@ def recheck(args) -> int:
     return 0
 
 
+def grid_variants(plan: dict, e: str) -> set[str]:
+    """The variants of the robustness grid: every variant a voting comparison of ``e`` reads (plan
+    amendment 1's ``decides``), those the grid names as ``extra``, less the ones it exempts."""
+    amend = plan.get("amendments", {})
+    grid = amend.get("robustness", {})
+    names = set()
+    for key in amend.get("decides", {}).get(e, []):
+        for side in key.replace(":", " - ").replace(" / ", " - ").split(" - "):
+            names.add(side.strip().partition("@")[0])
+    names |= set(grid.get("extra", {}).get(e, []))
+    names -= set(grid.get("exempt", {}).get(e, []))
+    return {v.variant for v in ex.settings(plan)[e]} & names
+
+
+def robust(args) -> int:
+    """The robustness grid of plan amendment 2: for every variant of a voting comparison, on every
+    comparison seed, the stored learning rate's neighbours (x lr_factors) at the plan's budget, and
+    one run at the largest budget factor with checkpoints at the smaller ones (a constant learning
+    rate: the first k steps of a longer run are the k-step run). Writes ``--out`` (robust/e*.json)."""
+    from attnref.training import results
+
+    start = time.perf_counter()
+    plan_file = Path(args.plan)
+    plan = ex.load_amended_plan(plan_file)
+    grid = plan["amendments"]["robustness"]
+    factors, budgets = list(grid["lr_factors"]), sorted(grid["budgets"])
+    chosen = _selected(args)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stored = {e: results.load(e, args.stored) for e in chosen}
+    jobs, layout = [], {}
+    for e in chosen:
+        names = grid_variants(plan, e)
+        for j, s in enumerate(ex.settings(plan, steps=args.steps)[e]):
+            if s.variant not in names or s.group in grid.get("exempt_groups", {}).get(e, []):
+                continue
+            lr = results.setting(stored[e], s.variant, s.group)["lr"]
+            points = [] if s.lr is not None else [(f"lr x {f:g}", lr * f, s) for f in factors]
+            longest = budgets[-1]
+            marks = tuple(sorted({s.steps * b for b in [1, *budgets[:-1]]}))
+            long = ex.Setting(**{**s.__dict__, "steps": s.steps * longest, "checkpoints": marks})
+            points.append((f"budget x {longest:g}", lr, long))
+            layout[(e, j)] = [(name, point_lr, p.steps) for name, point_lr, p in points]
+            jobs += [((e, j, name, seed), p, seed, point_lr) for name, point_lr, p in points
+                     for seed in stored[e]["seeds"]]
+    runs = _train_all(jobs, "robustness grid", args.jobs)
+    for e in chosen:
+        data = {**{k: v for k, v in stored[e].items() if k != "settings"}, "grid_of": "data/experiments",
+                "lr_factors": factors, "budgets": budgets, "machine": provenance.machine(),
+                "amendments_sha256": ex.amendments_hash(plan_file.parent), "settings": []}
+        for j, s in enumerate(ex.settings(plan, steps=args.steps)[e]):
+            if (e, j) not in layout:
+                continue
+            data["settings"].append({"variant": s.variant, "group": s.group, "n": s.n, "steps": s.steps,
+                                     "lr": results.setting(stored[e], s.variant, s.group)["lr"], "points": [
+                                         {"point": name, "lr": point_lr, "steps": steps,
+                                          "runs": [runs[(e, j, name, seed)] for seed in stored[e]["seeds"]]}
+                                         for name, point_lr, steps in layout[(e, j)]]})
+        data["run_seconds"] = round(time.perf_counter() - start, 1)
+        path = out / f"{e.lower()}.json"
+        path.write_text(json.dumps(data, indent=1) + "\n")
+        print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}", flush=True)
+    print(f"robustness grid: {len(jobs)} runs in {(time.perf_counter() - start) / 60:.1f} min")
+    return 0
+
+
 def main(argv=None) -> int:
     global DEVICE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -319,6 +387,8 @@ def main(argv=None) -> int:
     parser.add_argument("--recheck", action="store_true",
                         help="re-train the comparison runs of the files in --stored with their learning rates")
     parser.add_argument("--stored", default=str(ROOT / "data" / "experiments"))
+    parser.add_argument("--robust", action="store_true",
+                        help="the robustness grid of the plan's amendment 2 around the stored choices (writes --out)")
     args = parser.parse_args(argv)
     DEVICE = resolve_device(args.device).type if args.device else "cpu"
     if args.merge:
@@ -327,6 +397,8 @@ def main(argv=None) -> int:
         return pilot(args)
     if args.recheck:
         return recheck(args)
+    if args.robust:
+        return robust(args)
     return run(args)
 
 

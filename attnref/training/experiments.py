@@ -50,6 +50,43 @@ def load_plan(path: Path | str | None = None) -> dict:
         raise ValueError(f"{path.name} is not valid TOML: {error}") from None
 
 
+def amendment_paths(directory: Path | str | None = None) -> list[Path]:
+    """The plan's amendments, ``amendment-<k>.toml`` beside the plan, in the order of k."""
+    directory = Path(directory) if directory is not None else plan_path().parent
+    found = [p for p in directory.glob("amendment-*.toml") if p.stem.split("-", 1)[1].isdigit()]
+    return sorted(found, key=lambda p: int(p.stem.split("-", 1)[1]))
+
+
+def amendments_hash(directory: Path | str | None = None) -> str:
+    """sha256 of the amendments' names and bytes, in order ("" without amendments)."""
+    paths = amendment_paths(directory)
+    if not paths:
+        return ""
+    h = hashlib.sha256()
+    for path in paths:
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def load_amended_plan(path: Path | str | None = None) -> dict:
+    """The plan with its amendments applied in order: an amendment's table named like an
+    experiment (``[E2]``) replaces those keys of the plan's table; every other table (``decides``,
+    ``robustness`` …) is collected under ``plan["amendments"]``."""
+    path = Path(path or plan_path())
+    plan = load_plan(path)
+    extra: dict = {}
+    for amendment in amendment_paths(path.parent):
+        for table, values in load_plan(amendment).items():
+            if table in IDS and isinstance(values, dict):
+                plan[table] = {**plan[table], **values}
+            elif isinstance(values, dict):
+                extra.setdefault(table, {}).update(values)
+            else:
+                extra[table] = values
+    plan["amendments"] = extra
+    return plan
+
+
 @dataclass(frozen=True)
 class Setting:
     """One variant in one setting (e.g. ReLU after Add & Norm at depth 4)."""
@@ -84,7 +121,7 @@ def _spec(d: int, d_ff: int, *overrides: dict) -> Spec:
 def settings(plan: dict | None = None, steps: int | None = None) -> dict[str, list[Setting]]:
     """Every experiment's settings, by experiment ID (``steps`` overrides every budget: a smoke
     test or the pilot)."""
-    plan = load_plan() if plan is None else plan
+    plan = load_amended_plan() if plan is None else plan
     design, model = plan["design"], plan["model"]
     out = {}
     for e in IDS:
@@ -101,17 +138,19 @@ def settings(plan: dict | None = None, steps: int | None = None) -> dict[str, li
                 spec = _spec(model["d"], model["d_ff"], p["base"], g, v)
                 spec = replace(spec, n=n)
                 mlp = spec.body != "attention"
+                group_budget = budget if steps is not None else g.get("steps", budget)
                 found.append(Setting(
                     e, v["name"], g["name"], spec, task,
-                    budget * (p.get("mlp_steps_factor", 1) if mlp else 1),
+                    group_budget * (p.get("mlp_steps_factor", 1) if mlp else 1),
                     design["batch"], n, eval_ns, design["eval_size"], g.get("lr"),
                     attention_stats=e == "E6",
                     # the MLPs' accuracy at 1 and 2 × the attention budget: the plateau check
-                    checkpoints=(budget, 2 * budget) if mlp and p.get("mlp_steps_factor", 1) > 2 else ()))
+                    checkpoints=(group_budget, 2 * group_budget) if mlp and p.get("mlp_steps_factor", 1) > 2
+                    else tuple(g.get("checkpoints", ()))))
         out[e] = found
     return out
 
 
 def lr_grid(plan: dict | None = None) -> tuple[float, ...]:
-    plan = load_plan() if plan is None else plan
+    plan = load_amended_plan() if plan is None else plan
     return tuple(plan["design"]["lr_grid"])

@@ -55,7 +55,36 @@ def load(experiment: str, directory: Path | str | None = None, check_hash: bool 
     if check_hash and data.get("plan_sha256") != plan_hash():
         raise StaleData(f"{shown} was made under plan {str(data.get('plan_sha256'))[:12]}…, the plan is now "
                         f"{plan_hash()[:12]}…: run `make experiments`")
+    if check_hash and data.get("amendments_sha256", "") != amendments_hash():
+        raise StaleData(f"{shown} was made under other plan amendments "
+                        f"({str(data.get('amendments_sha256'))[:12]}…, now {amendments_hash()[:12]}…): run `make experiments`")
     return data
+
+
+#: Where `make experiments` writes the robustness grid (plan amendment 2).
+ROBUST = "robust"
+
+
+def load_robust(experiment: str, directory: Path | str | None = None) -> dict:
+    """The robustness grid of ``experiment`` (``data/experiments/robust/``), checked against the
+    main file: same training code, plan, amendments and seeds, and the learning rates it chose."""
+    base = Path(directory or os.environ.get("ATTNREF_EXPERIMENTS") or _data_directory())
+    main = load(experiment, base)
+    grid = load(experiment, base / ROBUST)
+    for s in grid["settings"]:
+        if grid["seeds"] != main["seeds"] or setting(main, s["variant"], s["group"])["lr"] != s["lr"]:
+            raise StaleData(f"{ROBUST}/{experiment.lower()}.json is not the grid of the stored choices: "
+                            "run `make experiments`")
+    return grid
+
+
+def grid_point(grid: dict, variant: str, group: str, point: str) -> dict:
+    """One point of the robustness grid of ``variant`` in ``group``."""
+    found = [p for s in grid["settings"] if s["variant"] == variant and s["group"] == group
+             for p in s["points"] if p["point"] == point]
+    if len(found) != 1:
+        raise KeyError(f"{grid['experiment']}: {len(found)} grid points {point!r} of {variant!r} in {group!r}")
+    return found[0]
 
 
 def plan_file() -> Path:
@@ -70,40 +99,19 @@ def plan_hash() -> str:
 
 
 def plan() -> dict:
-    """The plan of :func:`plan_file`, as a dictionary."""
-    return experiments.load_plan(plan_file())
+    """The plan of :func:`plan_file` with its amendments applied, as a dictionary."""
+    return experiments.load_amended_plan(plan_file())
 
 
 def amendments() -> dict:
     """The plan's amendments (``amendment-*.toml`` beside :func:`plan_file`, in their order), merged
-    table by table: ``decides`` (per claim, the comparisons that vote), ``exploratory`` …"""
-    merged: dict = {}
-    for path in amendment_paths(plan_file().parent):
-        for table, values in experiments.load_plan(path).items():
-            if isinstance(values, dict):
-                merged.setdefault(table, {}).update(values)
-            else:
-                merged[table] = values
-    return merged
+    table by table: ``decides`` (per claim, the comparisons that vote), ``robustness`` …"""
+    return experiments.load_amended_plan(plan_file())["amendments"]
 
 
-def amendment_paths(directory: Path | str) -> list[Path]:
-    """The plan's amendments, ``amendment-<k>.toml`` in ``directory``, in the order of k."""
-    found = [p for p in Path(directory).glob("amendment-*.toml") if p.stem.split("-", 1)[1].isdigit()]
-    return sorted(found, key=lambda p: int(p.stem.split("-", 1)[1]))
-
-
-def amendments_hash(directory: Path | str | None = None) -> str:
-    """sha256 of the amendments' bytes, in order ('' without amendments)."""
-    import hashlib
-
-    paths = amendment_paths(Path(directory) if directory is not None else plan_file().parent)
-    if not paths:
-        return ""
-    h = hashlib.sha256()
-    for path in paths:
-        h.update(path.name.encode() + b"\0" + path.read_bytes())
-    return h.hexdigest()
+def amendments_hash() -> str:
+    """sha256 of the amendments beside :func:`plan_file` ("" without amendments)."""
+    return experiments.amendments_hash(plan_file().parent)
 
 
 def decides(experiment: str) -> list[str]:
