@@ -96,7 +96,7 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
     _C("C5", "cosine-bounded", 4, r"Cosine attention cannot be sharp: with $n$ keys its largest weight is at most $e^2/(e^2 + n - 1)$.", HOLDS),
     _C("C6", "layernorm-norm", 4, "After LayerNorm all vectors have the same norm, so dot product and cosine agree up to a factor.", CONDITIONS),
     _C("C7", "magnitude-relevance", 4, r"A dot-product score can encode an additive per-key prior $b_j$ (through a constant feature, $[q, 1]\cdot[k_j, b_j]$); cosine attention with an unbiased query cannot.", HOLDS),
-    _C("C8", "other-scalings", 4, r"$1/\sqrt{d_k}$ is the right logit scaling for any queries and keys.", CONDITIONS),
+    _C("C8", "other-scalings", 4, r"$1/\sqrt{d_k}$ is the right logit scaling: it keeps the logits of order one as $d_k$ grows.", CONDITIONS),
     _C("C9", "unselectable-keys", 4, "With dot-product scores a key strictly inside the convex hull of the other keys never receives the largest weight, for any query; with cosine scores every key of distinct direction can.", HOLDS),
     _C("C10", "scalings-in-practice", 4, r"The logit scalings used in practice keep the softmax out of saturation differently: T5 folds $1/\sqrt{d_k}$ into the initialisation (the same function family), Gemma 2 soft-caps logits with $c\tanh(s/c)$, μP divides by $d_k$.", HOLDS),
     # 5 · Multi-head attention and the fused W
