@@ -131,6 +131,13 @@ bench: $(STAMP) preflight
 measure: $(STAMP)
 	$(RUN) $(BIN)/python tools/measure_decoder.py
 
+# Gemma 3 270M (chapter 6c) over the text set once: data/gemma3-measurements.{npz,json} (a few
+# minutes: the tokenizer is built from the GGUF file); then the full-model parity test against
+# transformers' Gemma3ForCausalLM (minutes to load: not part of make test).
+measure-gemma: $(STAMP)
+	$(RUN) $(BIN)/python tools/measure_gemma.py
+	ATTNREF_GEMMA_ORACLE=1 $(PYTEST) -q tests/test_gemma3.py -k transformers
+
 # Chapter 8's training experiments (E1-E7) under the committed plan data/experiments/plan.toml:
 # data/experiments/e*.json (each stores the plan's sha256). Timed on 2 idle cores: 2.7 minutes for
 # the runs (384, tuning included), then the portable recheck below. EXPERIMENTS_ARGS="--device cuda" trains on a GPU,
