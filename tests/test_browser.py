@@ -331,9 +331,11 @@ def test_the_crawl_catches_requests_to_other_hosts(tmp_path: Path) -> None:
     assert sorted(external for _, external in result.external) == sorted(outside)
     assert result.pages["page.html"].broken_images == [outside[0]]
     # (Chromium's own background requests, e.g. to update.googleapis.com, end there too.)
+    # Sets, not lists: Chromium may retry a CONNECT that the dead-end proxy refused (seen twice
+    # for example.com:443 on a loaded machine); what matters is which hosts were asked.
     page_hosts = [entry for entry in proxied if any(host in entry for host in ("example", "192.0.2.1"))]
-    assert sorted(page_hosts) == ["CONNECT cdn.example.org:443", "CONNECT example.com:443",
-                                  "GET http://192.0.2.1/script.js"], proxied
+    assert set(page_hosts) == {"CONNECT cdn.example.org:443", "CONNECT example.com:443",
+                               "GET http://192.0.2.1/script.js"}, proxied
 
 
 def test_no_javascript_errors(crawl: Crawl) -> None:
