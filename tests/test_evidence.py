@@ -176,7 +176,9 @@ def write_claim_notebook(path):
     nb = new_notebook(cells=[new_markdown_cell("(claim-q3)=\n## Q3"), new_code_cell(CLAIM_CELL),
                              new_code_cell(VERDICT_CELL)],
                       metadata={"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}})
-    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    import slowdown    # tools/testenv: the idle budget scaled by the load (a kernel start under load)
+    NotebookClient(nb, timeout=slowdown.limit(120), startup_timeout=slowdown.limit(60),
+                   kernel_name="python3").execute()
     nbformat.write(nb, path)
     return nb
 

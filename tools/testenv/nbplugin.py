@@ -49,6 +49,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import portable  # noqa: E402  (tools/testenv, beside this plugin)
+import slowdown  # noqa: E402
 
 # Kernels start in the notebook's folder: a relative PYTHONPATH entry (``PYTHONPATH=tools/testenv``)
 # would not reach them, and their network guard would silently be missing. Make every entry absolute.
@@ -77,9 +78,55 @@ def _portable_compare_outputs(self, test, ref, skip_compare=None):
     return not problems
 
 
+#: nbval's fixed limits for a kernel to start, on an idle machine (seconds): start, answer
+#: kernel_info, establish IOPub. They are scaled by the load when a kernel starts (slowdown.limit).
+KERNEL_START, KERNEL_INFO, IOPUB = 60.0, 10.0, 30.0
+
+
+def _patient_kernel_start(RunningKernel):
+    """RunningKernel with its start-up limits derived from the load (nbval's are fixed: 60 s to
+    start, 10 s for kernel_info, 30 one-second tries for IOPub; under load 18 on 2 cores a kernel
+    importing nothing yet missed them and every cell of its notebook errored at set-up)."""
+    from queue import Empty
+
+    from nbval import kernel as nbval_kernel
+
+    original_init = RunningKernel.__init__
+
+    def __init__(self, kernel_name, cwd=None, startup_timeout=KERNEL_START):
+        scale = slowdown.factor()
+        self.startup_scale = scale
+        original_init(self, kernel_name, cwd=cwd, startup_timeout=max(float(startup_timeout), KERNEL_START) * scale)
+
+    def _ensure_iopub_up(self):
+        scale = getattr(self, "startup_scale", 1.0)
+        tries = int(IOPUB * scale)
+        for _ in range(tries):
+            msg_id = self.kc.kernel_info()
+            try:
+                self.await_reply(msg_id, timeout=KERNEL_INFO * scale)
+            except Empty:
+                raise RuntimeError(f"Kernel info request timed out after {KERNEL_INFO * scale:.0f} seconds "
+                                   f"(load factor {scale:.1f})") from None
+            try:
+                self.await_idle(msg_id, 1)
+            except Empty:
+                continue
+            return
+        raise RuntimeError(f"Wasn't able to establish IOPub after {tries} seconds (load factor {scale:.1f})")
+
+    if not getattr(RunningKernel, "_attnref_patient", False):
+        RunningKernel.__init__ = __init__
+        RunningKernel._ensure_iopub_up = _ensure_iopub_up
+        RunningKernel._attnref_patient = True
+    assert nbval_kernel.RunningKernel is RunningKernel
+
+
 def pytest_configure(config):
+    from nbval.kernel import RunningKernel
     from nbval.plugin import IPyNbCell      # nbval is in the lock; this plugin only serves it
     IPyNbCell.compare_outputs = _portable_compare_outputs
+    _patient_kernel_start(RunningKernel)
 
 
 def pytest_addoption(parser):
@@ -212,7 +259,7 @@ COMPUTED_EXPRESSION = ("__import__('json').dumps(__import__('sys').modules['attn
 
 def computed_verdicts(client) -> list[dict]:
     """The verdicts the notebook's kernel computed (``attnref.book.claims.computed()``)."""
-    reply = client.execute_interactive("", store_history=False, allow_stdin=False, timeout=60,
+    reply = client.execute_interactive("", store_history=False, allow_stdin=False, timeout=slowdown.limit(60),
                                        user_expressions={"computed": COMPUTED_EXPRESSION})
     result = reply["content"].get("user_expressions", {}).get("computed", {})
     if result.get("status") != "ok":
@@ -274,7 +321,7 @@ CAPABILITY_EXPRESSION = ("__import__('sys').modules['torch'].backends.cpu.get_cp
 
 def kernel_capability(client) -> str | None:
     """The CPU kernel path torch runs in the notebook's kernel (None if torch was never imported)."""
-    reply = client.execute_interactive("", store_history=False, allow_stdin=False, timeout=60,
+    reply = client.execute_interactive("", store_history=False, allow_stdin=False, timeout=slowdown.limit(60),
                                        user_expressions={"capability": CAPABILITY_EXPRESSION})
     result = reply["content"].get("user_expressions", {}).get("capability", {})
     if result.get("status") != "ok":
@@ -327,7 +374,7 @@ class SeedSweep(pytest.Item):
 
     def _seed_was_read(self, client) -> bool:
         """Whether the notebook's default-seed run read the seed through attnref.book.seeding."""
-        reply = client.execute_interactive("", store_history=False, allow_stdin=False, timeout=60, user_expressions={
+        reply = client.execute_interactive("", store_history=False, allow_stdin=False, timeout=slowdown.limit(60), user_expressions={
             "read": "__import__('sys').modules['attnref.book.seeding'].seed_was_read() "
                     "if 'attnref.book.seeding' in __import__('sys').modules else False"})
         result = reply["content"].get("user_expressions", {}).get("read", {})
