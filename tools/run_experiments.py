@@ -286,7 +286,10 @@ def recheck(args) -> int:
     stored = {e: results.load(e, args.stored) for e in chosen}
     jobs_ = []
     for e in chosen:
+        voting = grid_variants(plan, e) | set(plan.get("amendments", {}).get("robustness", {}).get("exempt", {}).get(e, []))
         for j, s in enumerate(ex.settings(plan)[e]):
+            if s.variant not in voting:
+                continue          # the decisions' runs only: the variants of the comparisons that vote
             lr = results.setting(stored[e], s.variant, s.group)["lr"]
             jobs_ += [((e, j, seed), s, seed, lr) for seed in stored[e]["seeds"]]
     runs = _train_all(jobs_, "recheck", args.jobs)
@@ -298,7 +301,7 @@ def recheck(args) -> int:
                 "settings": [{**{k: v for k, v in results.setting(stored[e], s.variant, s.group).items()
                                  if k != "runs"},
                               "runs": [runs[(e, j, seed)] for seed in stored[e]["seeds"]]}
-                             for j, s in enumerate(settings)]}
+                             for j, s in enumerate(settings) if (e, j, stored[e]["seeds"][0]) in runs]}
         path = out / f"{e.lower()}.json"
         path.write_text(json.dumps(data, indent=1) + "\n")
         print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}", flush=True)
@@ -318,6 +321,18 @@ def grid_variants(plan: dict, e: str) -> set[str]:
     names |= set(grid.get("extra", {}).get(e, []))
     names -= set(grid.get("exempt", {}).get(e, []))
     return {v.variant for v in ex.settings(plan)[e]} & names
+
+
+def _decision_group(plan: dict, e: str, stored: dict) -> str | None:
+    """E6 (an experiment with ``decide_min_accuracy``): the largest learning rate of its groups at
+    which every variant's mean held-out accuracy reaches it (plan amendment 2); None if none does."""
+    floor = plan[e].get("decide_min_accuracy")
+    if floor is None:
+        return None
+    groups = list(dict.fromkeys(s["group"] for s in stored["settings"]))
+    both = [g for g in groups if all(statistics.mean(r["eval"][str(s["n"])]["accuracy"] for r in s["runs"]) >= floor
+                                     for s in stored["settings"] if s["group"] == g)]
+    return max(both, key=lambda g: next(s["lr"] for s in stored["settings"] if s["group"] == g)) if both else None
 
 
 def robust(args) -> int:
@@ -343,6 +358,8 @@ def robust(args) -> int:
             if s.variant not in names or s.group in grid.get("exempt_groups", {}).get(e, []):
                 continue
             lr = results.setting(stored[e], s.variant, s.group)["lr"]
+            if s.lr is not None and _decision_group(plan, e, stored[e]) != s.group:
+                continue          # E6: the grid at the learning rate that decides (amendment 2), budgets only
             points = [] if s.lr is not None else [(f"lr x {f:g}", lr * f, s) for f in factors]
             longest = budgets[-1]
             marks = tuple(sorted({s.steps * b for b in [1, *budgets[:-1]]}))
@@ -372,6 +389,40 @@ def robust(args) -> int:
     return 0
 
 
+TEXT_PLAN = ROOT / "data" / "experiments" / "text" / "plan.toml"
+
+
+def anchor(args) -> int:
+    """The text anchor (data/experiments/text/plan.toml, [anchor]): nanoGPT's CPU configuration
+    trained once with attnref's layers and the chapter's loop; writes text/anchor.json."""
+    from attnref.training import text
+    from attnref.training.models import Spec
+
+    plan_file = Path(args.text_plan)
+    plan = ex.load_plan(plan_file)
+    a = plan["anchor"]
+    corpus = text.Corpus.load(plan["corpus"]["validation_plays"])
+    run_ = text.TextRun(Spec(d=a["d"], h=a["h"], layers=a["layers"], d_ff=a["d_ff"]), context=a["context"],
+                        batch=a["batch"], steps=args.steps or a["steps"], lr=a["lr"], seed=a["seed"],
+                        eval_windows=a["eval_windows"], checkpoints=tuple(a["checkpoints"]))
+    bar = tqdm(total=run_.steps, desc="text anchor", unit="step", file=sys.stderr, mininterval=5.0)
+    record = text.train(run_, corpus, device=DEVICE, progress=lambda i, n: bar.update(1))
+    bar.close()
+    data = {"plan_sha256": ex.plan_hash(plan_file), "text_code_hash": text.code_hash(),
+            "corpus_sha256": corpus.sha256, "train_characters": int(corpus.train.numel()),
+            "validation_characters": int(corpus.validation.numel()), "vocab": corpus.vocab,
+            "validation_plays": list(corpus.validation_plays), "torch_version": torch.__version__,
+            "python_version": platform.python_version(), "device": DEVICE, "machine": provenance.machine(),
+            "load_average": os.getloadavg()[0], "run": record}
+    out = Path(args.out) / "anchor.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"text anchor: validation loss {record['val_loss']:.3f} nats/char after {run_.steps} steps, "
+          f"{record['seconds'] / 60:.1f} min wall, {record['cpu_seconds'] / 60:.1f} CPU-min "
+          f"({record['ms_per_step']:.0f} ms a step; load {os.getloadavg()[0]:.1f}); wrote {out}")
+    return 0
+
+
 def main(argv=None) -> int:
     global DEVICE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -387,6 +438,8 @@ def main(argv=None) -> int:
     parser.add_argument("--recheck", action="store_true",
                         help="re-train the comparison runs of the files in --stored with their learning rates")
     parser.add_argument("--stored", default=str(ROOT / "data" / "experiments"))
+    parser.add_argument("--anchor", action="store_true", help="the text anchor run (data/experiments/text/plan.toml)")
+    parser.add_argument("--text-plan", default=str(TEXT_PLAN))
     parser.add_argument("--robust", action="store_true",
                         help="the robustness grid of the plan's amendment 2 around the stored choices (writes --out)")
     args = parser.parse_args(argv)
@@ -399,6 +452,8 @@ def main(argv=None) -> int:
         return recheck(args)
     if args.robust:
         return robust(args)
+    if args.anchor:
+        return anchor(args)
     return run(args)
 
 

