@@ -264,6 +264,35 @@ def test_c4_catches_an_attention_that_ignores_its_scale(monkeypatch):
     caught("C4", verdict, checks, "equals its limit")
 
 
+def _gap_median_with_power(m, power, points=40001):
+    # top_two_gap_median's integral with Φ^power instead of Φ^(m − 1)
+    x = torch.linspace(-12.0, 16.0, points, dtype=torch.float64)
+    phi = torch.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+    low, high = 0.0, 4.0
+    for _ in range(60):
+        middle = (low + high) / 2
+        survival = m * torch.trapezoid(phi * torch.special.ndtr(x - middle) ** power, x).item()
+        low, high = (middle, high) if survival > 0.5 else (low, middle)
+    return (low + high) / 2
+
+
+def test_c4_catches_a_gap_median_integrating_one_factor_too_few(monkeypatch):
+    # Φ^{m−2}: 0.403 instead of 0.365 for m = 16, inside the rate check's 25 % margin; the
+    # Monte Carlo of the top-two gaps (exact median interval) must catch it
+    wrong = _gap_median_with_power(16, 14)
+    assert abs(wrong - 0.403) < 1e-3
+    monkeypatch.setattr(logit_scale, "top_two_gap_median", lambda m, points=40001: _gap_median_with_power(m, m - 2))
+    verdict, checks = run("C4")
+    caught("C4", verdict, checks, "simulated top-two gaps")
+
+
+def test_c4_catches_an_entropy_in_bits(monkeypatch):
+    real = logit_scale.attention_entropy
+    monkeypatch.setattr(logit_scale, "attention_entropy", lambda weights: real(weights) / math.log(2))
+    verdict, checks = run("C4")
+    caught("C4", verdict, checks, "Categorical")
+
+
 def test_c4_catches_a_wrong_gap_median(monkeypatch):
     monkeypatch.setattr(logit_scale, "top_two_gap_median", lambda m, points=40001: 0.6)
     verdict, checks = run("C4")
@@ -360,6 +389,35 @@ def test_c9_catches_a_hull_test_that_calls_vertices_interior(monkeypatch):
     caught("C9", verdict, checks, "best interior weight")
 
 
+def test_c9_catches_layer_norm_after_the_projection():
+    # LayerNorm applied to the projected keys puts them on a sphere (of the centred subspace):
+    # no interior keys, so the check that LayerNorm before W_K leaves some fails
+    verdict, checks = run("C9", ("keys_ln = normed @ w_keys",
+                                 "keys_ln = attnref.layer_norm(x_tokens @ w_keys, attnref.LayerNormParams())"))
+    caught("C9", verdict, checks, "LayerNorm (gain γ) before W_K")
+
+
+def test_c9_catches_a_normalisation_by_the_mean_norm():
+    verdict, checks = run("C9", ("unit = projected / projected.norm(dim=-1, keepdim=True)",
+                                 "unit = projected / projected.norm(dim=-1).mean()"))
+    caught("C9", verdict, checks, "QK-norm after W_K")
+
+
+def test_c9_catches_an_interior_test_without_its_exact_fallback(monkeypatch):
+    # a hull test that calls every key its own direction does not certify interior (no Wolfe)
+    from attnref.analysis import hull
+
+    def certificate_only(points, directions=None, tolerance=1e-9):
+        directions = points if directions is None else directions
+        heights = directions @ points.T
+        others = heights.masked_fill(torch.eye(points.shape[0], dtype=torch.bool), float("-inf"))
+        return ~(heights.diagonal() > others.amax(dim=1))
+
+    monkeypatch.setattr(hull, "interior_points", certificate_only)
+    verdict, checks = run("C9")
+    caught("C9", verdict, checks, "realistic widths")
+
+
 # --- C10 ------------------------------------------------------------------------------------------
 
 def test_c10_catches_a_soft_cap_without_the_division(monkeypatch):
@@ -374,3 +432,17 @@ def test_c10_catches_a_t5_initialisation_with_one_over_d_k(monkeypatch):
     verdict, checks = run("C10")
     caught("C10", verdict, checks, "T5's initialisation")
 
+
+def test_c10_the_many_heads_check_alone_catches_a_t5_fold_of_one_over_d_k(monkeypatch):
+    # with the ratio check disabled, the Monte Carlo of the heads' logit variance must still fail
+    monkeypatch.setattr(logit_scale, "t5_init_std",
+                        lambda d_model, d_kv, factor=1.0: (factor / (d_model ** 0.5 * d_kv), factor * d_model ** -0.5))
+    verdict, checks = run("C10", ("math.sqrt(d_kv) * std_q / std_k,", "1.0,"))
+    caught("C10", verdict, checks, "T5-initialised heads")
+
+
+def test_c10_catches_an_entropy_in_bits(monkeypatch):
+    real = logit_scale.attention_entropy
+    monkeypatch.setattr(logit_scale, "attention_entropy", lambda weights: real(weights) / math.log(2))
+    verdict, checks = run("C10")
+    caught("C10", verdict, checks, "Categorical")
