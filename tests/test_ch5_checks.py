@@ -322,3 +322,42 @@ def test_h8_a_nan_rotation_for_the_last_width_never_passes(monkeypatch):
         rope.rotate, when=lambda x, *a, **k: x.shape[-1] == 64))
     verdict, checks = run_section("H8")
     assert_caught("H8", verdict, checks, "apply_rotary_pos_emb, same tables")
+
+
+# --- issue 38: H4's figure alt text and (ii) with one cache, H1's sum of outer products ------------
+
+def test_h4_alt_text_states_the_ratios_the_counts_give():
+    # The alt text of the stacked cost figure is static metadata: its numbers must be the counts'.
+    import json
+    import re
+
+    cells = json.loads((notebook_sections.NOTEBOOKS / NOTEBOOK).read_text(encoding="utf-8"))["cells"]
+    (alt,) = [c["metadata"]["mystnb"]["image"]["alt"] for c in cells
+              if c["metadata"].get("mystnb", {}).get("figure", {}).get("name") == "fig-h4-cost"]
+    assert "Left" not in alt and "Right" not in alt and "Top:" in alt and "Bottom:" in alt
+    fused = counts.score_multiply_adds(256, 256, 8, fused=True)
+    ratios = {round(fused / counts.score_multiply_adds(256, 256, 8), 1),
+              round(fused / counts.score_multiply_adds(256, 256, 8, absorbed=True), 2),
+              round(counts.score_multiply_adds(256, 256, 256, fused=True)
+                    / counts.score_multiply_adds(256, 256, 256), 3)}
+    assert ratios == {21.3, 1.88, 0.667}
+    stated = {float(x) for x in re.findall(r"\d+\.\d+", alt)}
+    assert ratios <= stated, (ratios, stated)
+    crossover = 256 * 7 / (256 + 1 - 8)                      # m* = d(h − 1)/(d + 1 − h), d = 256, h = 8
+    assert round(crossover, 1) in stated
+    below = [m for m in (4, 8) if counts.score_multiply_adds(1, 256, 32, m=m, fused=True)
+             < counts.score_multiply_adds(1, 256, 32, m=m)]
+    assert below == [8] and "between m = 4 and m = 8" in alt
+
+
+def test_h4_catches_a_product_count_that_drops_the_inner_dimension(monkeypatch):
+    # matmul_multiply_adds returning p·r: the counts of (ii) with one cache no longer match
+    monkeypatch.setattr(counts, "matmul_multiply_adds", lambda a_shape, b_shape: a_shape[0] * b_shape[1])
+    verdict, checks = run_section("H4")
+    assert_caught("H4", verdict, checks, "(ii) the same cache")
+
+
+def test_h1_catches_a_fused_matrix_built_from_one_column_pair():
+    # W_i taken as the outer product of the first columns only (the "outer product" reading)
+    verdict, checks = run_section("H1", ("W_fused = W_Q * W_K.T ", "W_fused = W_Q[:, :1] * W_K[:, :1].T "))
+    assert_caught("H1", verdict, checks, "sum of d_k outer products")
