@@ -45,7 +45,7 @@ DETERMINISM_LOG ?= /tmp/attention-claims-determinism.log
 
 help:
 	@echo "make book | make pdf (the PDF edition) | make bundle (notebooks + wheel + reader lock, for download) | make bundle-check (its README run for real) | make test | make test-fast (no notebooks) | make execute (refresh stored outputs) | make clean"
-	@echo "make seeds [SEEDS=1,...,20] | make determinism [N=10] | make bench (timings -> book/_data/report.json) | make experiments (chapter 8 training runs, roughly 5 min on 2 idle cores)"
+	@echo "make seeds [SEEDS=1,...,20] | make determinism [N=10] | make bench (timings -> book/_data/report.json) | make experiments (chapter 8 training runs, recheck and robustness grid)"
 
 $(STAMP): requirements.lock requirements-nodeps.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "attention-claims needs Python >= 3.11, found " + sys.version.split()[0])'
@@ -138,9 +138,11 @@ measure-gemma: $(STAMP)
 	$(RUN) $(BIN)/python tools/measure_gemma.py
 	ATTNREF_GEMMA_ORACLE=1 $(PYTEST) -q tests/test_gemma3.py -k transformers
 
-# Chapter 8's training experiments (E1-E7) under the committed plan data/experiments/plan.toml:
-# data/experiments/e*.json (each stores the plan's sha256). Timed on 2 idle cores: 2.7 minutes for
-# the runs (384, tuning included), then the portable recheck below. EXPERIMENTS_ARGS="--device cuda" trains on a GPU,
+# Chapter 8's training experiments (E1-E7) under the committed plan data/experiments/plan.toml and its
+# amendments (amendment-*.toml): data/experiments/e*.json (each stores the plan's and the amendments'
+# sha256), then the portable recheck of the decisions' runs and the robustness grid (both below); the
+# text anchor is a one-off: tools/run_experiments.py --anchor (data/experiments/text/anchor.json).
+# The times of the last full run are in chapter 8's closing section. EXPERIMENTS_ARGS="--device cuda" trains on a GPU,
 # "--shard i/k" one of k shards (then tools/run_experiments.py --merge). The notebook reads the
 # files; make test re-runs every variant's first steps and fails if the code or the plan changed.
 EXPERIMENTS_ARGS ?=

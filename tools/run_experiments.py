@@ -290,10 +290,12 @@ def recheck(args) -> int:
         for j, s in enumerate(ex.settings(plan)[e]):
             if s.variant not in voting:
                 continue          # the decisions' runs only: the variants of the comparisons that vote
+            if s.group in args.recheck_skip_groups.get(e, ()):
+                continue          # a group left out of the recheck (stated on the page)
             lr = results.setting(stored[e], s.variant, s.group)["lr"]
             jobs_ += [((e, j, seed), s, seed, lr) for seed in stored[e]["seeds"]]
-    runs = _train_all(jobs_, "recheck", args.jobs)
-    for e in chosen:
+    for e in chosen:                  # one experiment at a time: its file is written when done
+        runs = _train_all([j for j in jobs_ if j[0][0] == e], f"recheck {e}", args.jobs)
         settings = ex.settings(plan)[e]
         data = {**{k: v for k, v in stored[e].items() if k != "settings"},
                 "recheck_of": "data/experiments", "machine": provenance.machine(),
@@ -368,8 +370,9 @@ def robust(args) -> int:
             layout[(e, j)] = [(name, point_lr, p.steps) for name, point_lr, p in points]
             jobs += [((e, j, name, seed), p, seed, point_lr) for name, point_lr, p in points
                      for seed in stored[e]["seeds"]]
-    runs = _train_all(jobs, "robustness grid", args.jobs)
-    for e in chosen:
+    order = sorted(chosen, key=lambda e: sum(p.steps * p.spec.layers * (p.n + 17) for (e_, *_), p, _, _ in jobs if e_ == e))
+    for e in order:                   # the cheapest experiment first; each file is written when done
+        runs = _train_all([j for j in jobs if j[0][0] == e], f"robustness grid {e}", args.jobs)
         data = {**{k: v for k, v in stored[e].items() if k != "settings"}, "grid_of": "data/experiments",
                 "lr_factors": factors, "budgets": budgets, "machine": provenance.machine(),
                 "amendments_sha256": ex.amendments_hash(plan_file.parent), "settings": []}
@@ -438,11 +441,17 @@ def main(argv=None) -> int:
     parser.add_argument("--recheck", action="store_true",
                         help="re-train the comparison runs of the files in --stored with their learning rates")
     parser.add_argument("--stored", default=str(ROOT / "data" / "experiments"))
+    parser.add_argument("--recheck-skip", default="E2:depth 4,E2:depth 8",
+                        help="experiment:group pairs the recheck leaves out (default: E2's depths 4 and 8, budget); '' for none")
     parser.add_argument("--anchor", action="store_true", help="the text anchor run (data/experiments/text/plan.toml)")
     parser.add_argument("--text-plan", default=str(TEXT_PLAN))
     parser.add_argument("--robust", action="store_true",
                         help="the robustness grid of the plan's amendment 2 around the stored choices (writes --out)")
     args = parser.parse_args(argv)
+    args.recheck_skip_groups = {}
+    for pair in filter(None, (p.strip() for p in args.recheck_skip.split(","))):
+        e, _, group = pair.partition(":")
+        args.recheck_skip_groups.setdefault(e.strip().upper(), set()).add(group.strip())
     DEVICE = resolve_device(args.device).type if args.device else "cpu"
     if args.merge:
         return merge(args)
