@@ -1,0 +1,115 @@
+"""Chapter 6c's measurements (attnref.analysis.qknorm_model) mean what the chapter says, checked on
+a tiny random Gemma 3 built from transformers' modules (tests/test_gemma3.py) — no model file:
+
+* G1: every key lies on its gain ellipsoid and each key's witness D⁻²k̂ makes it the unique best
+  (gaps against a brute-force maximisation over random points of the ellipsoid); without QK-norm
+  the keys leave the ellipsoid; a zero gain is counted.
+* G2: the fused form equals the model's scores; with the gains left out it does not.
+* G3: no input, however large, gives a logit above the bound; the bound is nearly reached by the
+  inputs that align with the largest gains.
+* G4: a sliding block's mass beyond the window is exactly 0, a global block's is not; masses sum to 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from attnref.analysis import qknorm_model as qm
+from attnref.models import gemma3
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from test_gemma3 import attnref_model, tiny_model
+    return attnref_model(tiny_model(seed=3))
+
+
+IDS = torch.tensor([5, 17, 3, 44, 9, 12, 21, 8, 30, 2, 41, 7])
+
+
+def test_g1_keys_on_the_ellipsoid_and_witnesses_win(tiny):
+    result = qm.selectability(tiny, IDS)
+    assert result["radius_dev"].max() < 1e-12
+    assert (result["zero_gains"] == 0).all()
+    assert (result["witness_gap"] > 0).all()
+    # brute force: the witness of key 0 scores it above 20 000 random points of the same ellipsoid
+    out = gemma3.forward(tiny, IDS, logits=False)
+    k_hat = out.blocks[0].trace.attention.trace.normed_key[0]            # (n, d_k)
+    g_k = 1 + tiny.layers[0].k_norm
+    witness = k_hat[0] / g_k.pow(2)
+    u = torch.randn(20000, tiny.config.d_k, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    radius = (k_hat[0] / g_k).norm()
+    points = u / u.norm(dim=-1, keepdim=True) * radius * g_k             # on the ellipsoid of key 0
+    assert (points @ witness).max() < witness @ k_hat[0]
+
+
+def test_g1_without_qk_norm_the_keys_leave_the_ellipsoid(tiny, monkeypatch):
+    import attnref.models.gemma3 as module
+    monkeypatch.setattr(module, "qk_rms_norm", lambda x, w, eps: x * (1 + w))       # the mutant: no RMS division
+    assert qm.selectability(tiny, IDS)["radius_dev"].max() > 1e-3
+
+
+def test_g1_counts_a_zero_gain(tiny):
+    layers = [dataclasses.replace(w, k_norm=w.k_norm.clone().index_fill_(0, torch.tensor([1, 4]), -1.0))
+              for w in tiny.layers]
+    result = qm.selectability(dataclasses.replace(tiny, layers=layers), IDS)
+    assert (result["zero_gains"] == 2).all()
+
+
+def test_g2_fused_form_equals_the_scores_and_needs_the_gains(tiny, monkeypatch):
+    result = qm.fused_form(tiny, IDS)
+    assert result["fused_error"].max() < 1e-12 and result["rotated_error"].max() < 1e-12
+    live = ((1 + tiny.layers[0].q_norm) * (1 + tiny.layers[0].k_norm) != 0).sum()
+    sigma = result["fused_sigma"][0]
+    assert ((sigma > sigma[..., :1] * 1e-10).sum(-1) == min(int(live), 8)).all()
+    monkeypatch.setattr(qm, "_gains", lambda model, layer: (torch.ones(8, dtype=torch.float64),) * 2)
+    wrong = qm.fused_form(tiny, IDS)
+    assert wrong["fused_error"].max() > 1e-3
+
+
+def test_g3_no_input_exceeds_the_bound(tiny):
+    bounds = qm.logit_bounds(tiny)
+    generator = torch.Generator().manual_seed(5)
+    largest = torch.zeros(len(tiny.layers), dtype=torch.float64)
+    for scale in (1e-3, 1.0, 1e4):
+        x = torch.randn(40, tiny.config.d, generator=generator, dtype=torch.float64) * scale
+        for l in range(len(tiny.layers)):
+            trace = gemma3.attention(x, weights=tiny.layers[l], config=tiny.config, layer=l).trace
+            k = trace.rotated_key.repeat_interleave(tiny.config.h // tiny.config.h_kv, 0)
+            scores = tiny.config.scale * trace.rotated_query @ k.transpose(-2, -1)
+            largest[l] = max(largest[l], scores.abs().max())
+    assert (largest <= bounds["bound_rotated"]).all()
+    slack = 1 + 1e-12                                                        # the same products, rounded in another order
+    assert (bounds["bound_aligned"] <= bounds["bound_rotated"] * slack).all()
+    assert (bounds["bound_rotated"] <= bounds["bound_loose"] * slack).all()
+    # the bound is reached: unit-RMS u_q, u_k on the coordinate of the largest g_q∘g_k give c·d_k·g_q,a·g_k,a
+    g_q, g_k = 1 + tiny.layers[0].q_norm, 1 + tiny.layers[0].k_norm
+    a = int((g_q * g_k).abs().argmax())
+    u = torch.zeros(8, dtype=torch.float64)
+    u[a] = math.sqrt(8)
+    assert torch.isclose(tiny.config.scale * (g_q * u) @ (g_k * u), bounds["bound_aligned"][0].to(u) * torch.sign(g_q[a] * g_k[a]))
+
+
+def test_g4_window_mass(tiny):
+    ids = torch.arange(1, 10)                                                # n = 9 > window 3
+    result = qm.distance_mass(tiny, ids, edges=(0, 1, 2, 3, 6))
+    assert result["beyond_window"][0].max() == 0                             # block 0 slides
+    assert result["beyond_window"][1].min() > 0                              # block 1 is global
+    assert torch.allclose(result["distance_mass"].sum(-1), torch.ones(2, 4, dtype=torch.float64))
+    with pytest.raises(ValueError, match="longer than the window"):
+        qm.distance_mass(tiny, ids[:3])
+
+
+def test_sentence_sums_mean_what_they_say(tiny):
+    result = qm.sentence_sums(tiny, IDS)
+    out = gemma3.forward(tiny, IDS, logits=False)
+    weights = out.blocks[0].weights                                          # (h, n, n)
+    assert torch.allclose(result["sink_mass"][0], weights[:, 1:, 0].sum(-1))
+    assert torch.allclose(result["max_weight"][0], weights[:, 1:].amax((-1, -2)))
+    assert (result["min_entropy"] >= 0).all() and (result["rows"] == IDS.numel() - 1).all()
