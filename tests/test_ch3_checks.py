@@ -229,6 +229,13 @@ def test_m5_nan_in_a_demonstration_fails_it():
 
 # M6 ------------------------------------------------------------------------------------------
 
+def test_m6_projector_check_catches_a_term_that_is_a_projector():
+    """Issue 38 item 19: the check that |v⟩⟨k| is no projector fails if the term were v vᵀ/‖v‖²."""
+    verdict, checks = run_section("M6", ("outer = v_col * k_col.T ",
+                                         "outer = v_col * v_col.T / (v_col.T * v_col)[0, 0] "))
+    assert_caught("M6", verdict, checks, "eq-m6-square")
+
+
 def test_m6_scaled_linear_attention_is_caught(monkeypatch):
     original = attnref.linear_attention
 
