@@ -79,6 +79,37 @@ QUESTIONS = {
         "is W_Q W_K^T low rank: does a fused full-rank matrix train better",
     ],
 }
+#: The short answers page: its cards' questions and readers' words (book/_data/answers.yml) are its
+#: keywords, and the search page's scorer opens it first, at the card, for a query in those words.
+ANSWERS_DOC = "book/answers"
+ANSWERS_YML = ROOT / "book" / "_data" / "answers.yml"
+SCORER_TEMPLATE = Path(__file__).resolve().parent / "search_scorer.js"
+
+
+def answer_cards() -> dict[str, str]:
+    """``{"#answer-<id>": "<question as plain text> | <readers' words>"}`` for every short answer."""
+    import yaml
+    threads = (yaml.safe_load(ANSWERS_YML.read_text(encoding="utf-8")) or {}).get("threads") or []
+    cards = {}
+    for thread in threads:
+        question = re.sub(r"\$([^$]*)\$", lambda m: tex_to_text(m[1]), str(thread.get("question", "")))
+        cards[f"#answer-{thread['id']}"] = f"{question} | {thread.get('search', '')}"
+    return cards
+
+
+def write_search_scorer(app: Sphinx, config) -> None:
+    """The search page's scorer (search_scorer.js with the cards filled in), through html_search_scorer."""
+    import json
+    code = SCORER_TEMPLATE.read_text(encoding="utf-8")
+    code = code.replace("/*ANSWERS*/ {}", json.dumps(answer_cards(), ensure_ascii=False))
+    code = code.replace('/*ANSWERS_PAGE*/ ""', json.dumps(ANSWERS_DOC))
+    target = Path(app.doctreedir) / "search_scorer.js"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if not target.exists() or target.read_text(encoding="utf-8") != code:
+        target.write_text(code, encoding="utf-8")
+    config.html_search_scorer = str(target)
+
+
 REPOSITORY_BUTTONS = ("use_repository_button", "use_edit_page_button", "use_source_button")
 
 
@@ -109,6 +140,8 @@ def keywords(questions: list[str]) -> list[str]:
 
 def add_keywords(app: Sphinx, doctree: nodes.document) -> None:
     questions = QUESTIONS.get(app.env.docname)
+    if app.env.docname == ANSWERS_DOC:
+        questions = [text.replace(" | ", "; ") for text in answer_cards().values()]
     if questions:
         doctree += nodes.meta(name="keywords", content=", ".join(keywords(questions)))
 
@@ -188,6 +221,7 @@ def setup(app: Sphinx) -> dict:
     # ($\sqrt{d_k}$) on pages that hold no formula themselves, where Sphinx would leave MathJax out.
     app.set_html_assets_policy("always")
     app.connect("config-inited", configure, priority=900)
+    app.connect("config-inited", write_search_scorer, priority=900)
     app.add_css_file("book.css")
     app.add_css_file("print.css", media="print")
     app.add_js_file("book.js", loading_method="defer")

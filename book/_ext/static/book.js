@@ -154,7 +154,7 @@
     "9": "⁹", "+": "⁺", "-": "⁻", "i": "ⁱ", "n": "ⁿ", "T": "ᵀ", "Q": "Q", "K": "K", "V": "V", "O": "O", "h": "ʰ",
     "k": "ᵏ", "l": "ˡ", "j": "ʲ", "t": "ᵗ", "d": "ᵈ"};
   function texToText(tex) {
-    var out = tex.replace(/^\\[(\[]|\\[)\]]$/g, "")
+    var out = tex.replace(/\\[(\[]|\\[)\]]/g, " ")   // delimiters anywhere (after an equation's number too)
       .replace(/\\sqrt\s*\{([^{}]*)\}/g, function (_, x) { return x.length > 1 && /[^\w\\]/.test(x) ? "√(" + x + ")" : "√" + x; })
       .replace(/\\frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}/g, "($1)/($2)")
       .replace(/\^\s*\{?\\top\}?/g, "ᵀ")
