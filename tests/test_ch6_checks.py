@@ -173,3 +173,44 @@ def test_keys_on_a_lower_dimensional_subspace_move_c9(shell) -> None:
         assert _verdict(sh, sources, C9_CELLS, "C9", MODEL) == claims.NOT_ESTABLISHED
     finally:
         sh.run_cell("centred_sigma = _saved")
+
+
+A3_CELLS = ['a3 = claims.Evidence("A3")', "a3.verdict("]
+
+
+def test_a3_holds_unmutated_and_states_its_margins(shell) -> None:
+    sh, sources = shell
+    assert _verdict(sh, sources, A3_CELLS, "A3") == claims.expected_verdict("A3")
+    checks = claims._computed[("A3", None)].checks
+    gaps = [c for c in checks if c.excludes]
+    assert len(gaps) == 2 and all(c.margin_se is not None and c.false_failure is not None for c in gaps)
+
+
+def test_a3_unrelated_pairs_in_place_of_paraphrases_move_the_verdict(monkeypatch, shell) -> None:
+    """semantic_gaps comparing a pair with another pair's paraphrase (the diagonal shifted): the
+    paraphrase is then no closer than the rest, and the gap's interval holds 0 or lies below."""
+    sh, sources = shell
+    from attnref.analysis import semantic
+    original = semantic.semantic_gaps
+    monkeypatch.setattr(semantic, "semantic_gaps", lambda cosines: original(cosines.roll(1, dims=1)))
+    assert _verdict(sh, sources, A3_CELLS, "A3") != claims.HOLDS
+
+
+def test_a3_a_baseline_that_keeps_the_shared_direction_is_caught(monkeypatch, shell) -> None:
+    """remove_common returning its input (the common direction kept): the supporting check on the
+    unrelated pairs' mean cosine fails."""
+    sh, sources = shell
+    from attnref.analysis import semantic
+    monkeypatch.setattr(semantic, "remove_common", lambda x, mean, directions: x.double())
+    assert _verdict(sh, sources, A3_CELLS, "A3") == claims.NOT_ESTABLISHED
+
+
+def test_a3_same_word_pieces_counted_are_caught(monkeypatch, shell) -> None:
+    """pair_cosines that keeps the pairs of one word piece in both sentences: the direct loop
+    (which leaves them out) disagrees."""
+    sh, sources = shell
+    from attnref.analysis import semantic
+    original = semantic.pair_cosines
+    monkeypatch.setattr(semantic, "pair_cosines",
+                        lambda a, ia, b, ib: original(a, [i * 0 - 1 for i in ia], b, [j * 0 - 2 for j in ib]))
+    assert _verdict(sh, sources, A3_CELLS, "A3") == claims.NOT_ESTABLISHED
