@@ -41,6 +41,8 @@ The attention math is at the top of the package; everything else has its own pla
                      ``x R_tᵀ`` and a rotated score is ``q_i R_{j−i} k_jᵀ``
 ``decoder``          RMSNorm, SwiGLU, grouped-query attention with rotary positions, the pre-norm
                      causal block of a Llama-style decoder
+``qknorm``           QK-norm: per-head RMSNorm of queries and keys (Gemma's 1 + w gain) before the dot
+                     product; ``qk_norm(...)`` is a per-head attention for ``attention=``
 ``sequence_layers``  position-wise and sliding-window linear layers as Conv1d
 ``counts``           parameter and multiply–add counts, Vaswani et al. (2017) Table 3
 ``_validate``        the input checks (one per kind of argument)
@@ -70,6 +72,10 @@ Every attention function and every layer follows one rule:
   validated weights dataclass: ``MultiHeadWeights`` for an attention, the layer's weights type
   for a layer), the masks ``mask=None, key_mask=None, causal=False`` — with these defaults
   everywhere, the decoder included — and the settings (``scale``; the inverse temperature is always ``beta``; …).
+
+One hook for a new attention: multi-head attention, the layers, the decoder block and the training
+models take the per-head attention as ``attention=``, any function with SDPA's call shape
+``f(q, k, v, *, mask=None, causal=False) -> AttentionResult`` (see :mod:`attnref.multihead`).
 
 So ``scaled_dot_product_attention(q, k, v, *, mask=None, key_mask=None, causal=False, scale=None)``
 and ``multi_head_attention(query, key=None, value=None, *, weights, mask=None, key_mask=None,
@@ -184,4 +190,4 @@ __all__ = [
     "transformer_parameter_count",
 ]
 
-from attnref import decoder, rope  # noqa: E402  (modules: attnref.rope.rotate, attnref.decoder.rms_norm, …)
+from attnref import decoder, qknorm, rope  # noqa: E402  (modules: attnref.rope.rotate, attnref.decoder.rms_norm, …)

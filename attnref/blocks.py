@@ -21,7 +21,8 @@ through it. The named variants are :data:`VARIANTS`:
   the stripped layers of chapter 7 (no skip, no FFN or no normalisation).
 
 Functions (the call shape of the package: ``f(x, *, weights, mask=None, key_mask=None,
-causal=False)``; each returns an :class:`~attnref.attention.AttentionResult` whose ``output`` is
+causal=False, attention=None)``, ``attention`` the per-head attention of multi-head attention —
+the one hook for a new attention, see :mod:`attnref.multihead`; each returns an :class:`~attnref.attention.AttentionResult` whose ``output`` is
 ``(..., n, d)``, ``weights`` the attention weights of every head ``(..., h, n, n)`` and ``trace``
 a :class:`LayerTrace` of the intermediates):
 
@@ -45,7 +46,7 @@ import torch
 from attnref import _validate as check
 from attnref.attention import AttentionResult
 from attnref.layers import EncoderLayer, LayerNormParams, feed_forward, layer_norm, named_tensors, relu, replace_tensors
-from attnref.multihead import multi_head_attention
+from attnref.multihead import AttentionFunction, _attention_function, multi_head_attention
 
 Tensor = torch.Tensor
 
@@ -167,11 +168,14 @@ def _input(x: Tensor, weights: EncoderLayer) -> Tensor:
 
 def encoder_layer(x: Tensor, *, weights: EncoderLayer, mask: Tensor | None = None,
                   key_mask: Tensor | None = None, causal: bool = False,
-                  variant: Variant | str | None = None) -> AttentionResult:
+                  variant: Variant | str | None = None, attention: AttentionFunction | None = None) -> AttentionResult:
     r"""One Transformer layer in a variant: ``variant`` a :class:`Variant`, the name of one in
     :data:`VARIANTS`, or ``None`` for the placement ``weights.norm_first`` names (post-LN or pre-LN).
 
-    ``x (..., n, d)``; ``mask``, ``key_mask`` and ``causal`` as in :func:`attnref.multi_head_attention`.
+    ``x (..., n, d)``; ``mask``, ``key_mask`` and ``causal`` as in :func:`attnref.multi_head_attention`;
+    ``attention`` the per-head attention inside it (default scaled dot-product; e.g.
+    :func:`attnref.qknorm.qk_norm`). A variant with its own attention sublayer
+    (:attr:`Variant.attention`) receives it as ``attention=`` too.
     Returns the output ``z (..., n, d)``, the attention weights of every head ``(..., h, n, n)``
     and a :class:`LayerTrace`.
     """
@@ -185,10 +189,22 @@ def encoder_layer(x: Tensor, *, weights: EncoderLayer, mask: Tensor | None = Non
         variant = VARIANTS[variant]
     elif not isinstance(variant, Variant):
         raise ValueError(f"variant must be a Variant, a name in VARIANTS or None, got {type(variant).__name__}")
-    attend = multi_head_attention if variant.attention is None else variant.attention
+    if attention is not None:
+        _attention_function(attention)           # a clear error before any computation
+    if variant.attention is None:
+        def attend(t: Tensor) -> AttentionResult:
+            return multi_head_attention(t, weights=weights.attention, mask=mask, key_mask=key_mask, causal=causal,
+                                        attention=attention)
+    elif attention is None:
+        def attend(t: Tensor) -> AttentionResult:
+            return variant.attention(t, weights=weights.attention, mask=mask, key_mask=key_mask, causal=causal)
+    else:
+        def attend(t: Tensor) -> AttentionResult:
+            return variant.attention(t, weights=weights.attention, mask=mask, key_mask=key_mask, causal=causal,
+                                     attention=attention)
     return residual_block(
         x,
-        attention=lambda t: attend(t, weights=weights.attention, mask=mask, key_mask=key_mask, causal=causal),
+        attention=attend,
         ffn=lambda t: feed_forward(t, weights.ffn),
         norm_1=lambda t: layer_norm(t, weights.norm_1),
         norm_2=lambda t: layer_norm(t, weights.norm_2),
@@ -196,17 +212,19 @@ def encoder_layer(x: Tensor, *, weights: EncoderLayer, mask: Tensor | None = Non
 
 
 def post_ln_layer(x: Tensor, *, weights: EncoderLayer, mask: Tensor | None = None, key_mask: Tensor | None = None,
-                  causal: bool = False) -> AttentionResult:
+                  causal: bool = False, attention: AttentionFunction | None = None) -> AttentionResult:
     r"""Post-LN layer: :math:`y = \mathrm{LN}_1(x + \mathrm{MHA}(x))`, :math:`z = \mathrm{LN}_2(y + \mathrm{FFN}(y))`."""
-    return encoder_layer(x, weights=weights, mask=mask, key_mask=key_mask, causal=causal, variant=POST_LN)
+    return encoder_layer(x, weights=weights, mask=mask, key_mask=key_mask, causal=causal, variant=POST_LN,
+                         attention=attention)
 
 
 def pre_ln_layer(x: Tensor, *, weights: EncoderLayer, mask: Tensor | None = None, key_mask: Tensor | None = None,
-                 causal: bool = False) -> AttentionResult:
+                 causal: bool = False, attention: AttentionFunction | None = None) -> AttentionResult:
     r"""Pre-LN layer: :math:`y = x + \mathrm{MHA}(\mathrm{LN}_1(x))`, :math:`z = y + \mathrm{FFN}(\mathrm{LN}_2(y))`.
 
     With ``causal=True`` the decoder-only (GPT) layer: output ``i`` depends on tokens ``1..i`` only."""
-    return encoder_layer(x, weights=weights, mask=mask, key_mask=key_mask, causal=causal, variant=PRE_LN)
+    return encoder_layer(x, weights=weights, mask=mask, key_mask=key_mask, causal=causal, variant=PRE_LN,
+                         attention=attention)
 
 
 class StackTrace(NamedTuple):
@@ -218,7 +236,7 @@ class StackTrace(NamedTuple):
 
 def stack_layers(x: Tensor, *, weights: Sequence[EncoderLayer], mask: Tensor | None = None,
                  key_mask: Tensor | None = None, causal: bool = False, variant: Variant | str | None = None,
-                 final_norm: LayerNormParams | None = None) -> AttentionResult:
+                 final_norm: LayerNormParams | None = None, attention: AttentionFunction | None = None) -> AttentionResult:
     """The layers applied in turn, ``x₀ = x``, ``x_l = layer_l(x_{l−1})``, each in ``variant``
     (as in :func:`encoder_layer`: ``None`` runs each layer in the placement its ``norm_first``
     names). ``weights`` is a list or tuple of :class:`EncoderLayer` (one layer: ``[layer]``);
@@ -241,7 +259,7 @@ def stack_layers(x: Tensor, *, weights: Sequence[EncoderLayer], mask: Tensor | N
     hidden, results = [x], []
     for layer in weights:
         result = encoder_layer(hidden[-1], weights=layer, mask=mask, key_mask=key_mask, causal=causal,
-                               variant=variant)
+                               variant=variant, attention=attention)
         hidden.append(result.output)
         results.append(result)
     output = hidden[-1] if final_norm is None else layer_norm(hidden[-1], final_norm)
@@ -253,15 +271,19 @@ class TrainableLayer(torch.nn.Module):
     """One layer as a ``torch.nn.Module``: the tensors of an :class:`EncoderLayer` as parameters
     (named like ``attention__w_q``, ``norm_1__gain``), the forward pass attnref's own
     :func:`encoder_layer` in ``variant`` (default: the placement ``norm_first`` names; a
-    :class:`Variant` with its own ``attention`` for other attentions). ``causal=True`` for a decoder.
+    :class:`Variant` with its own ``attention`` sublayer). ``attention``: the per-head attention of
+    its multi-head attention (default scaled dot-product; parameters that it reads, such as QK-norm's
+    gains, belong to the caller's module). ``causal=True`` for a decoder.
     """
 
-    def __init__(self, weights: EncoderLayer, variant: Variant | str | None = None):
+    def __init__(self, weights: EncoderLayer, variant: Variant | str | None = None,
+                 attention: AttentionFunction | None = None):
         super().__init__()
         self._template = _weights(weights)
         if variant is not None and not isinstance(variant, (Variant, str)):
             raise ValueError(f"variant must be a Variant, a name in VARIANTS or None, got {type(variant).__name__}")
         self.variant = variant
+        self.attention_function = None if attention is None else _attention_function(attention)
         self._names = tuple(named_tensors(weights))
         for name, tensor in named_tensors(weights).items():
             self.register_parameter(name.replace(".", "__"), torch.nn.Parameter(tensor.detach().clone()))
@@ -273,4 +295,4 @@ class TrainableLayer(torch.nn.Module):
     def forward(self, x: Tensor, *, mask: Tensor | None = None, key_mask: Tensor | None = None,
                 causal: bool = False) -> AttentionResult:
         return encoder_layer(x, weights=self.weights(), mask=mask, key_mask=key_mask, causal=causal,
-                             variant=self.variant)
+                             variant=self.variant, attention=self.attention_function)

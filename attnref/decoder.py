@@ -40,8 +40,9 @@ import torch
 
 from attnref import _validate as check
 from attnref import rope
-from attnref.attention import AttentionResult, scaled_dot_product_attention
+from attnref.attention import AttentionResult
 from attnref.blocks import PRE_LN, residual_block
+from attnref.multihead import AttentionFunction, _attend_heads, _attention_function
 
 Tensor = torch.Tensor
 
@@ -199,7 +200,8 @@ class GroupedQueryTrace(NamedTuple):
 
 def grouped_query_attention(x: Tensor, *, weights: DecoderLayerWeights, config: DecoderConfig,
                             positions: Tensor | None = None, mask: Tensor | None = None,
-                            key_mask: Tensor | None = None, causal: bool = False) -> AttentionResult:
+                            key_mask: Tensor | None = None, causal: bool = False,
+                            attention: AttentionFunction | None = None) -> AttentionResult:
     r"""Grouped-query attention with rotary positions, on normalised inputs ``x`` (..., n, d).
 
     ``causal=True`` for a decoder (token ``i`` sees ``j ≤ i``); ``mask`` (boolean, True = may
@@ -207,7 +209,11 @@ def grouped_query_attention(x: Tensor, *, weights: DecoderLayerWeights, config: 
     ``key_mask`` (..., n) bool: ``True`` = a real token (padding keys get weight 0).
     ``positions`` default to ``0 … n−1``; float16/bfloat16 inputs are rotated with float64
     tables (:func:`attnref.rope.rotate`) and attended in float32, results in the input dtype.
+    ``attention``: the per-head attention (the hook of :mod:`attnref.multihead`, default scaled
+    dot-product), called once with the rotated heads ``(..., h, n, d_k)``, the mask with
+    ``key_mask`` folded in, and ``causal``.
     """
+    attend = _attention_function(attention)
     check.instance("weights", weights, DecoderLayerWeights)
     layer = weights
     check.instance("config", config, DecoderConfig)
@@ -238,14 +244,14 @@ def grouped_query_attention(x: Tensor, *, weights: DecoderLayerWeights, config: 
     group = h // h_kv
     k_shared = k_rot.repeat_interleave(group, dim=-3)                    # (..., h, n, d_k): head i uses kv head i // group
     v_shared = v.repeat_interleave(group, dim=-3)                        # (..., h, n, d_k)
-    head_keys = None
-    if key_mask is not None:                                             # (..., n) -> every head's keys (..., h, n)
-        check.key_mask(key_mask, "x", x)
-        head_keys = key_mask.unsqueeze(-2).expand(*key_mask.shape[:-1], h, n)
+    keep = None
+    if key_mask is not None:                                             # (..., n) -> every head's keys (..., 1, 1, n)
+        keep = check.key_mask(key_mask, "x", x, tuple(x.shape[:-2]) + (n, n)).unsqueeze(-3)
     if mask is not None:                                                 # (..., n, n), the same for every head
         check.mask(mask, tuple(x.shape[:-2]) + (n, n), x.dtype, x.device)
         mask = mask.unsqueeze(-3) if mask.dim() >= 3 else mask           # (..., 1, n, n)
-    heads = scaled_dot_product_attention(q_rot, k_shared, v_shared, mask=mask, causal=causal, key_mask=head_keys)
+    mask = check.combine_masks(mask, keep)                               # key_mask folded in: (..., 1, n, n)
+    heads = _attend_heads(attend, q_rot, k_shared, v_shared, mask, causal, need_weights=True)
     concatenated = heads.output.transpose(-3, -2).flatten(-2)            # (..., h, n, d_k) -> (..., n, h·d_k)
     return AttentionResult(concatenated @ layer.w_o, heads.weights,
                            trace=GroupedQueryTrace(q, k, q_rot, k_rot))
@@ -253,12 +259,13 @@ def grouped_query_attention(x: Tensor, *, weights: DecoderLayerWeights, config: 
 
 def decoder_block(x: Tensor, *, weights: DecoderLayerWeights, config: DecoderConfig,
                   positions: Tensor | None = None, mask: Tensor | None = None, key_mask: Tensor | None = None,
-                  causal: bool = False) -> AttentionResult:
+                  causal: bool = False, attention: AttentionFunction | None = None) -> AttentionResult:
     r"""Pre-norm block: :math:`y = x + \operatorname{GQA}(\operatorname{RMSNorm}(x))`,
     :math:`z = y + \operatorname{SwiGLU}(\operatorname{RMSNorm}(y))` (:func:`attnref.blocks.residual_block`
     in the pre-LN variant). ``causal=True`` for a decoder. Returns ``z``, the attention weights
     ``(..., h, n, n)`` and a :class:`attnref.blocks.LayerTrace` (its ``attention`` is
-    grouped-query attention's result, with a :class:`GroupedQueryTrace`)."""
+    grouped-query attention's result, with a :class:`GroupedQueryTrace`). ``attention``: the per-head
+    attention of :func:`grouped_query_attention`."""
     check.instance("weights", weights, DecoderLayerWeights)
     check.instance("config", config, DecoderConfig)
     check.floating("x", x, min_dim=2)
@@ -268,7 +275,7 @@ def decoder_block(x: Tensor, *, weights: DecoderLayerWeights, config: DecoderCon
     return residual_block(
         x,
         attention=lambda t: grouped_query_attention(t, weights=weights, config=config, positions=positions,
-                                                    mask=mask, key_mask=key_mask, causal=causal),
+                                                    mask=mask, key_mask=key_mask, causal=causal, attention=attention),
         ffn=lambda t: swiglu(t, weights.w_gate, weights.w_up, weights.w_down),
         norm_1=lambda t: _rms_norm(t, weights.attention_norm, config.eps, "attention_norm"),
         norm_2=lambda t: _rms_norm(t, weights.ffn_norm, config.eps, "ffn_norm"),

@@ -8,11 +8,24 @@ Weights are stored per head in row-vector form: ``w_q[i]`` is :math:`W_i^Q \in \
 ``torch.nn.MultiheadAttention`` stores the three projections stacked as ``(out, in)``
 matrices; :meth:`MultiHeadWeights.from_torch` and :meth:`MultiHeadWeights.to_torch` transpose
 and split explicitly.
+
+**One hook for a new attention.** Both functions compute each head with one per-head attention,
+the argument ``attention`` (default :func:`attnref.scaled_dot_product_attention`): any function
+with the call shape of attnref's SDPA, ``attention(q, k, v, *, mask=None, causal=False) ->
+AttentionResult``, e.g. :func:`attnref.qknorm.qk_norm` (QK-norm), :func:`attnref.sigmoid.sigmoid_attention`
+or :func:`attnref.cosine_attention`. It receives the projected heads — ``(..., n, d_k)`` one head at
+a time in :func:`multi_head_attention`, all heads at once ``(..., h, n, d_k)`` in
+:func:`multi_head_attention_packed` — and the mask of the call with ``key_mask`` folded in
+(:func:`multi_head_attention` hands each head its own slice of a per-head mask); ``causal`` is
+passed as given. With ``need_weights=False`` it is also given ``need_weights=False`` (SDPA then
+computes block by block, without the ``n × m`` weights). The projections, the concatenation and
+``W^O`` are computed here, once, for every attention.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Callable
 
 import torch
 
@@ -20,6 +33,9 @@ from attnref import _validate as check
 from attnref.attention import AttentionResult, scaled_dot_product_attention
 
 Tensor = torch.Tensor
+
+#: A per-head attention: ``f(query, key, value, *, mask=None, causal=False) -> AttentionResult``.
+AttentionFunction = Callable[..., AttentionResult]
 
 
 @dataclass(frozen=True)
@@ -232,27 +248,32 @@ def _inputs(query: Tensor, key: Tensor | None, value: Tensor | None,
     return query, key, value
 
 
-def _mask(x_q: Tensor, x_k: Tensor, x_v: Tensor, h: int, mask: Tensor | None, key_mask: Tensor | None,
-          causal: bool) -> tuple[Tensor | None, bool]:
+def _mask(x_q: Tensor, x_k: Tensor, x_v: Tensor, weights: MultiHeadWeights, mask: Tensor | None,
+          key_mask: Tensor | None, causal: bool) -> tuple[Tensor | None, bool]:
     """``mask`` and ``key_mask`` checked against what the caller passed, and combined.
 
-    A mask with one more axis than the scores ``(..., n, m)`` of the inputs is per head,
-    ``(..., h, n, m)`` (every batch axis spelled out; size 1 broadcasts); otherwise it is shared
-    by every head. Returns the combined mask and whether it is per head.
+    The batch axes of the scores are those of the inputs broadcast with the weights' batch axes
+    ``W`` (batched weights give every draw its own scores, also for an unbatched input). A mask
+    with one more axis than the scores ``(..., n, m)`` is per head, ``(..., h, n, m)`` (every batch
+    axis spelled out, ``W`` included; size 1 broadcasts); otherwise it is shared by every head.
+    Returns the combined mask and whether it is per head.
 
     A shared mask whose axis before ``(n, m)`` has size ``h`` and meets a batch axis of size
     ``h`` could be meant either way — one mask per head (``(h, n, m)`` with input ``(B, n, d)``,
-    ``B = h``) or one per batch element — and raises ``ValueError``: spell it ``(1, h, n, m)``
-    (per head) or ``(B, 1, n, m)`` (per batch element).
+    ``B = h``, or with ``h`` weight draws) or one per batch element — and raises ``ValueError``:
+    spell it ``(1, h, n, m)`` (per head) or ``(B, 1, n, m)`` (per batch element).
     """
     check.boolean("causal", causal)
-    batch = check.broadcast_shapes(*(tuple(t.shape[:-2]) for t in (x_q, x_k, x_v)))
+    h = weights.h
+    batch = check.broadcast_shapes(*(tuple(t.shape[:-2]) for t in (x_q, x_k, x_v)), weights.batch_shape)
     n, m = x_q.shape[-2], x_k.shape[-2]
     per_head = isinstance(mask, torch.Tensor) and mask.dim() == len(batch) + 3
     if (isinstance(mask, torch.Tensor) and not per_head and h > 1 and len(batch) >= 1
             and mask.dim() == len(batch) + 2 and mask.shape[-3] == h and batch[-1] == h):
+        source = (f"the weights' batch axes {weights.batch_shape}" if weights.batch_shape
+                  and weights.batch_shape[-1] == h else f"query {check.shape_of(x_q)}")
         raise ValueError(
-            f"mask of shape {check.shape_of(mask)} with query {check.shape_of(x_q)} is ambiguous: its axis of "
+            f"mask of shape {check.shape_of(mask)} with {source} is ambiguous: its axis of "
             f"size {h} could be the h = {h} heads or the batch axis of size {batch[-1]}. Pass one mask per "
             f"head as {(1,) * len(batch) + (h, n, m)} or one per batch element as "
             f"{tuple(batch) + (1, n, m)}")
@@ -260,15 +281,39 @@ def _mask(x_q: Tensor, x_k: Tensor, x_v: Tensor, h: int, mask: Tensor | None, ke
         shape = tuple(batch) + ((h,) if per_head else ()) + (n, m)
         name = "the per-head scores' shape (..., h, n, m)" if per_head else "the scores' shape (..., n, m)"
         check.mask(mask, shape, x_q.dtype, x_q.device, shape_name=name)
-    keep = None if key_mask is None else check.key_mask(key_mask, "key", x_k)   # (..., 1, m)
+    keep = None if key_mask is None else check.key_mask(key_mask, "key", x_k, tuple(batch) + (n, m))   # (..., 1, m)
     if keep is not None and per_head:
         keep = keep.unsqueeze(-3)                                                # (..., 1, 1, m)
     return check.combine_masks(mask, keep), per_head
 
 
+def _attention_function(attention: object) -> AttentionFunction:
+    """The per-head attention: ``None`` is attnref's SDPA; anything else must be callable."""
+    if attention is None:
+        return scaled_dot_product_attention
+    if not callable(attention) or isinstance(attention, (torch.Tensor, str)):
+        raise ValueError(f"attention must be a function f(q, k, v, *, mask=None, causal=False) -> AttentionResult "
+                         f"such as attnref.scaled_dot_product_attention, got {type(attention).__name__}")
+    return attention
+
+
+def _attend_heads(attention: AttentionFunction, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
+                  causal: bool, need_weights: bool) -> AttentionResult:
+    """One call of the per-head attention, its result checked to be an :class:`AttentionResult`."""
+    if need_weights:
+        result = attention(q, k, v, mask=mask, causal=causal)
+    else:
+        result = attention(q, k, v, mask=mask, causal=causal, need_weights=False)
+    if not isinstance(result, AttentionResult):
+        raise ValueError(f"attention {getattr(attention, '__name__', type(attention).__name__)} returned "
+                         f"{type(result).__name__}; it must return an attnref.AttentionResult")
+    return result
+
+
 def multi_head_attention(query: Tensor, key: Tensor | None = None, value: Tensor | None = None, *,
                          weights: MultiHeadWeights, mask: Tensor | None = None,
-                         key_mask: Tensor | None = None, causal: bool = False) -> AttentionResult:
+                         key_mask: Tensor | None = None, causal: bool = False,
+                         attention: AttentionFunction | None = None, need_weights: bool = True) -> AttentionResult:
     r"""Multi-head attention computed head by head, as written in the paper.
 
     Args:
@@ -280,11 +325,17 @@ def multi_head_attention(query: Tensor, key: Tensor | None = None, value: Tensor
         key_mask: boolean ``(..., m)``, True for real keys, False for padding
             (torch's ``key_padding_mask`` is its negation).
         causal: query ``i`` attends keys ``j ≤ i`` only.
+        attention: the per-head attention (see the module docstring), default
+            :func:`attnref.scaled_dot_product_attention`.
+        need_weights: ``False`` returns ``weights=None`` (and asks the attention for none).
 
-    Returns the output ``(..., n, d)`` and the weights of every head ``(..., h, n, m)``.
+    Returns the output ``(..., n, d)`` and the weights of every head ``(..., h, n, m)`` (``None``
+    when the attention returns none).
     """
+    attend = _attention_function(attention)
+    check.boolean("need_weights", need_weights)
     x_q, x_k, x_v = _inputs(query, key, value, weights)
-    full_mask, per_head = _mask(x_q, x_k, x_v, weights.h, mask, key_mask, causal)
+    full_mask, per_head = _mask(x_q, x_k, x_v, weights, mask, key_mask, causal)
     heads, head_weights = [], []
     for i in range(weights.h):
         q_i = x_q @ weights.w_q[..., i, :, :]     # (..., n, d) @ (*W, d, d_k) -> (..., n, d_k)
@@ -299,35 +350,42 @@ def multi_head_attention(query: Tensor, key: Tensor | None = None, value: Tensor
         mask_i = full_mask
         if per_head:                   # the mask of head i: (..., n, m)
             mask_i = full_mask[..., 0 if full_mask.shape[-3] == 1 else i, :, :]
-        head_i = scaled_dot_product_attention(q_i, k_i, v_i, mask=mask_i, causal=causal)
+        head_i = _attend_heads(attend, q_i, k_i, v_i, mask_i, causal, need_weights)
         heads.append(head_i.output)            # (..., n, d_v)
         head_weights.append(head_i.weights)    # (..., n, m)
     concatenated = torch.cat(heads, dim=-1)    # (..., n, h·d_v)
     output = concatenated @ weights.w_o        # (..., n, h·d_v) @ (*W, h·d_v, d) -> (..., n, d)
     if weights.b_o is not None:
         output = output + weights.b_o[..., None, :]
+    if not need_weights or any(w is None for w in head_weights):
+        return AttentionResult(output, None)
     return AttentionResult(output, torch.stack(head_weights, dim=-3))   # weights (..., h, n, m)
 
 
 def multi_head_attention_packed(query: Tensor, key: Tensor | None = None, value: Tensor | None = None, *,
                                 weights: MultiHeadWeights, mask: Tensor | None = None,
-                                key_mask: Tensor | None = None, causal: bool = False) -> AttentionResult:
+                                key_mask: Tensor | None = None, causal: bool = False,
+                                attention: AttentionFunction | None = None,
+                                need_weights: bool = True) -> AttentionResult:
     """The same function as :func:`multi_head_attention`, with one ``d × h·d_k`` matrix per projection.
 
-    The heads are split by a reshape, attended in one batched call and merged by the inverse
+    The heads are split by a reshape, attended in one batched call of ``attention`` (its inputs
+    ``(..., h, n, d_k)``; a shared mask gets a head axis of size 1) and merged by the inverse
     reshape — the way fast implementations (and torch) compute it.
     """
+    attend = _attention_function(attention)
+    check.boolean("need_weights", need_weights)
     x_q, x_k, x_v = _inputs(query, key, value, weights)
-    full_mask, per_head = _mask(x_q, x_k, x_v, weights.h, mask, key_mask, causal)
+    full_mask, per_head = _mask(x_q, x_k, x_v, weights, mask, key_mask, causal)
     q, k, v = _split_heads(x_q, x_k, x_v, weights)   # (..., h, n or m, d_k or d_v)
     if full_mask is not None and not per_head:
         full_mask = full_mask.unsqueeze(-3)           # (..., 1, n, m): the same mask for every head
-    heads = scaled_dot_product_attention(q, k, v, mask=full_mask, causal=causal)
+    heads = _attend_heads(attend, q, k, v, full_mask, causal, need_weights)
     merged = heads.output.transpose(-3, -2).flatten(-2)   # (..., h, n, d_v) -> (..., n, h·d_v)
     output = merged @ weights.w_o                         # (..., n, h·d_v) @ (*W, h·d_v, d) -> (..., n, d)
     if weights.b_o is not None:
         output = output + weights.b_o[..., None, :]
-    return AttentionResult(output, heads.weights)         # weights (..., h, n, m)
+    return AttentionResult(output, heads.weights if need_weights else None)   # weights (..., h, n, m)
 
 
 def head_projections(query: Tensor, key: Tensor | None = None, value: Tensor | None = None, *,

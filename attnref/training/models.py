@@ -24,7 +24,12 @@ Bodies (``Spec.body``):
     ``cos_scale``), ``"cosine_learned"`` (β·cos(q, k) with a learned temperature β = e^s per
     head, QK-norm), ``"fused"`` (one full d × d matrix W per head: x_i W x_jᵀ/√d_k, no bias),
     ``"factored"`` (x_i U Vᵀ x_jᵀ/√d_k with U, V of rank ``score_rank``, no bias: the factored form
-    without the key-bias term of biased projections).
+    without the key-bias term of biased projections), ``"qk_norm"`` (:mod:`attnref.qknorm`: per-head
+    RMSNorm of q and k with learned gains 1 + w, then q·k/√d_k), ``"sigmoid"``
+    (:mod:`attnref.sigmoid`: σ(q·k/√d_k − log m), rows not normalised);
+  - every variant is attnref's multi-head attention with the variant as its per-head attention
+    (``attention=`` of :func:`attnref.multihead.multi_head_attention_packed`); ``RecallModel(...,
+    attention=f)`` puts any per-head attention ``f(q, k, v, *, mask=None, causal=False)`` in its place.
 * ``"token_mlp"`` — the same MLP on every token (it reads the query token only: no context).
 * ``"flat_mlp"`` — an MLP over the flattened sequence (fixed length ``n + 1``; a longer sequence
   is read through its last ``n + 1`` tokens, the window it was trained on).
@@ -37,20 +42,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
 from attnref.attention import AttentionResult, attention_from_scores, cosine_attention, scaled_dot_product_attention
 from attnref.blocks import TrainableLayer, Variant, encoder_layer
 from attnref.layers import EncoderLayer, LayerNormParams, gelu, layer_norm, relu
-from attnref.multihead import head_projections, multi_head_attention
+from attnref.multihead import multi_head_attention, multi_head_attention_packed
+from attnref.qknorm import qk_norm_attention, qk_rms_norm
+from attnref.sigmoid import sigmoid_attention
 
 Tensor = torch.Tensor
 
 BODIES = ("attention", "token_mlp", "flat_mlp")
 PLACEMENTS = ("pre", "post", "post_relu", "post_branch_relu")
 ACTIVATIONS = ("identity", "relu", "gelu")
-SCORES = ("dot", "cosine", "cosine_learned", "fused", "factored")
+SCORES = ("dot", "cosine", "cosine_learned", "fused", "factored", "qk_norm", "sigmoid")
 SIGMA_ON = ("q", "k", "v", "qkv")
 # Every parameter is float32 whatever torch's default dtype is (the book's notebooks set float64).
 DTYPE = torch.float32
@@ -101,9 +109,11 @@ class VariantLayer(TrainableLayer):
     the layer is attnref's :func:`~attnref.blocks.encoder_layer` in the :class:`~attnref.blocks.Variant`
     of ``spec.placement``, with :meth:`attention` as the variant's attention sublayer."""
 
-    def __init__(self, weights: EncoderLayer, spec: Spec, generator: torch.Generator):
+    def __init__(self, weights: EncoderLayer, spec: Spec, generator: torch.Generator,
+                 attention: Callable[..., AttentionResult] | None = None):
         super().__init__(weights)
         self.spec = spec
+        self.custom_attention = attention           # a per-head attention replacing spec.scores
         self.variant = Variant(**_PLACEMENT[spec.placement], attention=self.attention)
         h, d, d_k = spec.h, spec.d, spec.d // spec.h
         if spec.scores == "cosine_learned":
@@ -121,6 +131,10 @@ class VariantLayer(TrainableLayer):
         if spec.scores in ("fused", "factored"):
             for name in ("attention__w_q", "attention__w_k", "attention__b_q", "attention__b_k"):
                 getattr(self, name).requires_grad_(False)
+        if spec.scores == "qk_norm":
+            # QK-norm (attnref.qknorm): Gemma's gains 1 + w per coordinate of a head, w = 0 at the start
+            self.q_norm = torch.nn.Parameter(torch.zeros(d_k, dtype=DTYPE))
+            self.k_norm = torch.nn.Parameter(torch.zeros(d_k, dtype=DTYPE))
         if spec.gate:
             # gate logits x W_g + b_g per head and coordinate, N(0, 1/d), bias 0 (σ = 1/2 at the start)
             self.w_gate = torch.nn.Parameter(torch.randn(d, d, generator=generator, dtype=DTYPE) * d ** -0.5)
@@ -130,45 +144,70 @@ class VariantLayer(TrainableLayer):
 
     def attention(self, x: Tensor, *, weights, mask: Tensor | None = None, key_mask: Tensor | None = None,
                   causal: bool = False) -> AttentionResult:
-        """The attention sublayer of the variant (``weights``: the layer's MultiHeadWeights): output
+        """The attention sublayer of the variant (``weights``: the layer's MultiHeadWeights): attnref's
+        multi-head attention with :meth:`head_attention` as its per-head attention — output
         ``(B, n, d)`` after W_O, and the attention weights ``(B, h, n, n)``. The recall model
         attends over every token (:meth:`forward` refuses masks)."""
-        spec, attention = self.spec, weights
-        plain = spec.qkv_activation == "identity" and spec.scores == "dot" and not spec.gate
-        if plain and not self.record_scores:
-            return multi_head_attention(x, weights=attention)                # attnref's own MHA
-        q, k, v = head_projections(x, weights=attention)                       # (B, h, n, d_k) each
+        if self._plain() and not self.record_scores:
+            return multi_head_attention(x, weights=weights)                  # attnref's own MHA, head by head
+        return multi_head_attention_packed(x, weights=weights, attention=self.head_attention(x))
+
+    def _plain(self) -> bool:
+        spec = self.spec
+        return (self.custom_attention is None and spec.qkv_activation == "identity" and spec.scores == "dot"
+                and not spec.gate)
+
+    def head_attention(self, x: Tensor):
+        """The per-head attention of this variant, ``f(q, k, v, *, mask=None, causal=False)`` on the heads
+        ``(B, h, n, d_k)`` — σ on q, k, v, the score variant, the output gate — for attnref's
+        :func:`~attnref.multihead.multi_head_attention_packed`. It closes over the layer input ``x``
+        ``(B, n, d)``, which the fused and factored scores and the gate read."""
+        spec = self.spec
         sigma = _SIGMA[spec.qkv_activation]
-        on = spec.sigma_on
-        q, k, v = (sigma(t) if name in on else t for name, t in (("q", q), ("k", k), ("v", v)))
         d_k = spec.d // spec.h
-        if spec.scores == "dot":
-            heads = scaled_dot_product_attention(q, k, v)
-        elif spec.scores == "cosine":
-            heads = cosine_attention(q, k, v, beta=spec.cos_scale)
-        elif spec.scores == "cosine_learned":
-            heads = cosine_attention(q, k, v, beta=self.log_beta.exp())
-        else:                                                          # x_i W x_jᵀ / √d_k
-            w = self.w_fused if spec.scores == "fused" else self.w_u @ self.w_v_score.transpose(-1, -2)
-            scores = torch.einsum("bnd,hde,bme->bhnm", x, w, x) / math.sqrt(d_k)
-            heads = attention_from_scores(scores, v)
-        if self.record_scores:                                         # the logits the softmax saw
-            if spec.scores == "dot":
-                logits = q @ k.transpose(-1, -2) / math.sqrt(d_k)
-            elif spec.scores in ("cosine", "cosine_learned"):
-                unit = lambda t: t / t.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-                beta = spec.cos_scale if spec.scores == "cosine" else self.log_beta.exp()
-                logits = beta * (unit(q) @ unit(k).transpose(-1, -2))
-            else:
-                logits = scores
-            self.last_scores = logits.detach()
-        output = heads.output                                          # (B, h, n, d_v)
-        if spec.gate:                                                  # σ(x W_g + b_g), split into heads
-            g = torch.sigmoid(x @ self.w_gate + self.b_gate)
-            output = output * g.unflatten(-1, (spec.h, -1)).transpose(-3, -2)
-        merged = output.transpose(-3, -2).flatten(-2)                   # (B, n, h·d_v)
-        out = merged @ attention.w_o
-        return AttentionResult(out if attention.b_o is None else out + attention.b_o, heads.weights)
+
+        def attend(q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = None,
+                   causal: bool = False) -> AttentionResult:
+            q, k, v = (sigma(t) if name in spec.sigma_on else t for name, t in (("q", q), ("k", k), ("v", v)))
+            scores = None
+            if self.custom_attention is not None:
+                heads = self.custom_attention(q, k, v, mask=mask, causal=causal)
+            elif spec.scores == "dot":
+                heads = scaled_dot_product_attention(q, k, v, mask=mask, causal=causal)
+            elif spec.scores == "cosine":
+                heads = cosine_attention(q, k, v, beta=spec.cos_scale, mask=mask, causal=causal)
+            elif spec.scores == "cosine_learned":
+                heads = cosine_attention(q, k, v, beta=self.log_beta.exp(), mask=mask, causal=causal)
+            elif spec.scores == "qk_norm":
+                heads = qk_norm_attention(q, k, v, query_weight=self.q_norm, key_weight=self.k_norm, mask=mask,
+                                          causal=causal)
+            elif spec.scores == "sigmoid":
+                heads = sigmoid_attention(q, k, v, mask=mask, causal=causal)
+            else:                                                      # x_i W x_jᵀ / √d_k
+                w = self.w_fused if spec.scores == "fused" else self.w_u @ self.w_v_score.transpose(-1, -2)
+                scores = torch.einsum("bnd,hde,bme->bhnm", x, w, x) / math.sqrt(d_k)
+                heads = attention_from_scores(scores, v, mask=mask, causal=causal)
+            if self.record_scores:                                     # the logits the softmax saw
+                if self.custom_attention is not None or spec.scores == "sigmoid":
+                    logits = heads.scores                              # None where the attention has none
+                elif spec.scores == "qk_norm":
+                    logits = qk_rms_norm(q, self.q_norm) @ qk_rms_norm(k, self.k_norm).transpose(-1, -2) / math.sqrt(d_k)
+                elif spec.scores == "dot":
+                    logits = q @ k.transpose(-1, -2) / math.sqrt(d_k)
+                elif spec.scores in ("cosine", "cosine_learned"):
+                    unit = lambda t: t / t.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+                    beta = spec.cos_scale if spec.scores == "cosine" else self.log_beta.exp()
+                    logits = beta * (unit(q) @ unit(k).transpose(-1, -2))
+                else:
+                    logits = scores
+                self.last_scores = None if logits is None else logits.detach()
+            if not spec.gate:
+                return heads
+            g = torch.sigmoid(x @ self.w_gate + self.b_gate)            # σ(x W_g + b_g): (B, n, d)
+            gate = g.unflatten(-1, (spec.h, -1)).transpose(-3, -2)      # split into heads: (B, h, n, d_v)
+            return AttentionResult(heads.output * gate, heads.weights)
+
+        return attend
 
     def forward(self, x: Tensor, *, mask: Tensor | None = None, key_mask: Tensor | None = None,
                 causal: bool = False) -> AttentionResult:
@@ -185,7 +224,8 @@ class VariantLayer(TrainableLayer):
 class RecallModel(torch.nn.Module):
     """Embeddings → body → LayerNorm → linear readout at the query position."""
 
-    def __init__(self, spec: Spec, keys: int, values: int, seed: int, classes: int | None = None):
+    def __init__(self, spec: Spec, keys: int, values: int, seed: int, classes: int | None = None,
+                 attention: Callable[..., AttentionResult] | None = None):
         super().__init__()
         self.spec = spec
         g = torch.Generator().manual_seed(int(seed))
@@ -209,7 +249,7 @@ class RecallModel(torch.nn.Module):
             for _ in range(spec.layers):
                 weights = EncoderLayer.random(d, spec.h, spec.d_ff, norm_first=spec.placement == "pre",
                                               generator=g, dtype=DTYPE)
-                layers.append(VariantLayer(weights, spec, g))
+                layers.append(VariantLayer(weights, spec, g, attention=attention))
             self.layers = torch.nn.ModuleList(layers)
         else:
             width = d if spec.body == "token_mlp" else d * (spec.n + 1)
@@ -253,7 +293,8 @@ class RecallModel(torch.nn.Module):
         """Trainable parameters of the score maps (W_Q, W_K and their biases, or the fused W)."""
         total = 0
         for name, p in self.named_parameters():
-            if p.requires_grad and any(s in name for s in ("w_q", "w_k", "b_q", "b_k", "w_fused", "w_u", "w_v_score")):
+            if p.requires_grad and any(s in name for s in ("w_q", "w_k", "b_q", "b_k", "w_fused", "w_u", "w_v_score",
+                                                           "q_norm", "k_norm")):
                 total += p.numel()
         return total
 
