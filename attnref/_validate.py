@@ -31,6 +31,7 @@ import math
 import numbers
 from typing import Iterator
 
+import numpy
 import torch
 
 Tensor = torch.Tensor
@@ -70,6 +71,8 @@ def checks(enabled: bool = True) -> Iterator[None]:
 #: their inputs in float32 and returns results in the input's dtype (as transformers' Llama and
 #: x-transformers do); float32 and float64 inputs are computed in their own dtype.
 HALF_PRECISION = (torch.float16, torch.bfloat16)
+#: The floating dtypes attnref computes with (float8 formats are refused: torch has no arithmetic for them).
+FLOATING = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def working_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -99,7 +102,7 @@ def instance(name: str, value: object, kind: type | tuple[type, ...]) -> object:
 
 def floating_dtype(name: str, dtype: object) -> torch.dtype:
     """A floating ``torch.dtype`` (``float16``, ``bfloat16``, ``float32``, ``float64``)."""
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+    if not isinstance(dtype, torch.dtype) or dtype not in FLOATING:
         raise ValueError(f"{name} must be a floating torch.dtype, got {dtype!r}")
     return dtype
 
@@ -125,10 +128,11 @@ def floating(name: str, x: Tensor, *, min_dim: int = 1, max_dim: int | None = No
     """Check that ``x`` is a finite floating tensor of an allowed rank and return it."""
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
+    if x.dtype not in FLOATING:       # also the float8 formats: torch has no matmul or softmax for them
         raise ValueError(
             f"{name} must have a floating dtype (float16, bfloat16, float32 or float64), got {x.dtype} "
-            f"with shape {shape_of(x)}"
+            f"with shape {shape_of(x)}" + (" (an 8-bit float: convert it, e.g. .to(torch.bfloat16))"
+                                           if x.is_floating_point() else "")
         )
     if exact_dim is not None and x.dim() != exact_dim:
         raise ValueError(f"{name} must have {exact_dim} dimensions, got shape {shape_of(x)}")
@@ -224,10 +228,13 @@ def same_device(**tensors: Tensor | None) -> torch.device:
 
 
 def boolean(name: str, value: object) -> bool:
-    """A real ``bool`` (a truthy string such as ``"no"`` must not switch a mask on)."""
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
-    return value
+    """A real ``bool`` or a numpy boolean (``np.True_``, as numpy comparisons give); a truthy string
+    such as ``"no"``, an int or a tensor must not switch a mask on. Returns a Python ``bool``."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, numpy.bool_):
+        return bool(value)
+    raise ValueError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
 
 
 def real_number(name: str, value: object, *, nonnegative: bool = False) -> float | Tensor:
@@ -285,18 +292,26 @@ def mask(value: Tensor, scores_shape: tuple[int, ...], dtype: torch.dtype, devic
     return value
 
 
-def key_mask(value: Tensor, keys_name: str, keys: Tensor) -> Tensor:
-    """A boolean ``key_mask`` with the key positions of ``keys`` (its shape without the width);
-    returns it as a mask ``(..., 1, m)`` over the scores."""
+def key_mask(value: Tensor, keys_name: str, keys: Tensor, scores_shape: tuple[int, ...] | None = None) -> Tensor:
+    """A boolean ``key_mask (..., m)``: its last axis the ``m`` key positions of ``keys``, its
+    leading axes broadcasting with the scores' batch axes as a ``mask``'s do (a ``(m,)`` mask for
+    every sequence, ``(B, 1, m)`` …); checked against ``scores_shape (..., n, m)`` when given.
+    Returns it as a mask ``(..., 1, m)`` over the scores."""
     if not isinstance(value, torch.Tensor) or value.dtype != torch.bool:
         raise ValueError(f"key_mask must be a boolean tensor (True = real key), got "
                          f"{getattr(value, 'dtype', type(value).__name__)}")
-    if tuple(value.shape) != tuple(keys.shape[:-1]):
-        raise ValueError(f"key_mask has shape {shape_of(value)}, expected the key positions "
-                         f"{tuple(keys.shape[:-1])} of {keys_name} {shape_of(keys)}")
+    m = keys.shape[-2]
+    if value.dim() == 0 or value.shape[-1] != m:
+        raise ValueError(f"key_mask has shape {shape_of(value)}, expected (..., m) with m = {m}, the key positions "
+                         f"{tuple(keys.shape[:-1])} of {keys_name} {shape_of(keys)} (leading axes broadcast)")
     if value.device != keys.device:
         raise ValueError(f"key_mask of shape {shape_of(value)} is on {value.device}, {keys_name} on {keys.device}")
-    return value[..., None, :]                                  # (..., 1, m)
+    keep = value[..., None, :]                                  # (..., 1, m)
+    if scores_shape is not None and broadcast_shapes(tuple(keep.shape), tuple(scores_shape)) != tuple(scores_shape):
+        raise ValueError(f"key_mask of shape {shape_of(value)} does not broadcast to the scores' shape (..., n, m) = "
+                         f"{tuple(scores_shape)} (its leading axes must broadcast with the batch axes "
+                         f"{tuple(scores_shape[:-2])})")
+    return keep
 
 
 def combine_masks(mask: Tensor | None, keep: Tensor | None) -> Tensor | None:

@@ -65,8 +65,12 @@ def test_additive_mask_with_nan():
 
 def test_key_mask_of_the_wrong_shape():
     weights = MultiHeadWeights.random(8, 2)
-    with pytest.raises(ValueError, match=r"key_mask has shape \(2, 4\), expected the key positions \(2, 5\)"):
+    with pytest.raises(ValueError, match=r"key_mask has shape \(2, 4\), expected \(..., m\) with m = 5, the key "
+                                         r"positions \(2, 5\)"):
         attnref.multi_head_attention(t(2, 5, 8), weights=weights, key_mask=torch.ones(2, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"key_mask of shape \(3, 5\) does not broadcast to the scores' shape "
+                                         r"\(..., n, m\) = \(2, 5, 5\)"):
+        attnref.multi_head_attention(t(2, 5, 8), weights=weights, key_mask=torch.ones(3, 5, dtype=torch.bool))
 
 
 def test_non_floating_dtype():
@@ -297,3 +301,71 @@ def test_rms_norm_of_huge_entries_is_not_zero():
     tiny = torch.tensor([[1e-30, -2e-30, 3e-30, 0.0]])                        # x² underflows: ε = 0 still normalises
     assert torch.allclose(decoder.rms_norm(tiny, eps=0.0).double(),
                           tiny.double() / tiny.double().pow(2).mean(-1, keepdim=True).sqrt(), rtol=1e-6)
+
+
+def test_a_mask_of_h_entries_with_h_weight_draws_is_refused():
+    """Batched weights (3 draws), an unbatched input, a (3, n, n) mask and h = 3: the mask's 3 could be
+    the draws or the heads. The old code took it per head silently (output off by 2.88 from the
+    per-draw reading); now it is refused, and both spellings give their own oracle.
+    fails_if: the B == h refusal looks at the input's batch axes only."""
+    from attnref.layers import stack_weights
+    g = torch.Generator().manual_seed(0)
+    draws = [MultiHeadWeights.random(6, 3, generator=g) for _ in range(3)]
+    batched = stack_weights(draws)
+    x = torch.randn(4, 6, generator=g, dtype=torch.float64)
+    mask = torch.rand(3, 4, 4, generator=g) > 0.4
+    mask[..., 0] = True
+    with pytest.raises(ValueError, match=r"mask of shape \(3, 4, 4\) with the weights' batch axes \(3,\) is "
+                                         r"ambiguous.*\(1, 3, 4, 4\).*\(3, 1, 4, 4\)"):
+        attnref.multi_head_attention(x, weights=batched, mask=mask)
+    per_draw = attnref.multi_head_attention(x, weights=batched, mask=mask[:, None]).output
+    assert torch.allclose(per_draw, torch.stack([attnref.multi_head_attention(x, weights=w, mask=m).output
+                                                 for w, m in zip(draws, mask)]), atol=1e-12)
+    per_head = attnref.multi_head_attention(x, weights=batched, mask=mask[None]).output
+    assert torch.allclose(per_head, torch.stack([attnref.multi_head_attention(x, weights=w, mask=mask).output
+                                                 for w in draws]), atol=1e-12)
+
+
+def test_float8_input_is_named():
+    """fails_if: float8 reaches torch's matmul (a raw NotImplementedError)."""
+    q = torch.ones(2, 4).to(torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match=r"query must have a floating dtype \(float16, bfloat16, float32 or float64\), "
+                                         r"got torch.float8_e4m3fn with shape \(2, 4\) \(an 8-bit float"):
+        attnref.scaled_dot_product_attention(q, q, q)
+    with pytest.raises(ValueError, match="dtype must be a floating torch.dtype"):
+        MultiHeadWeights.random(4, 2, dtype=torch.float8_e5m2)
+
+
+def test_numpy_booleans_are_booleans():
+    """causal=np.True_ (what numpy comparisons give) is accepted and means True; np.False_ False."""
+    import numpy as np
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(3, 4, generator=g, dtype=torch.float64)
+    assert torch.equal(attnref.scaled_dot_product_attention(q, q, q, causal=np.True_).output,
+                       attnref.scaled_dot_product_attention(q, q, q, causal=True).output)
+    w = MultiHeadWeights.random(4, 2)
+    assert torch.equal(attnref.multi_head_attention(q, weights=w, causal=np.bool_(1 > 0)).output,
+                       attnref.multi_head_attention(q, weights=w, causal=True).output)
+    assert torch.equal(attnref.multi_head_attention(q, weights=w, causal=np.False_).output,
+                       attnref.multi_head_attention(q, weights=w).output)
+
+
+def test_key_mask_broadcasts_as_mask_does():
+    """A (m,) key_mask applies to every sequence, like a (1, m) mask. fails_if: key_mask must spell out
+    every batch axis (the old refusal) or broadcasts over the wrong axis."""
+    from attnref import decoder
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 5, 8, generator=g, dtype=torch.float64)
+    keep = torch.tensor([True, False, True, True, False])
+    w = MultiHeadWeights.random(8, 2, generator=g)
+    for f in (attnref.multi_head_attention, attnref.multi_head_attention_packed):
+        assert torch.equal(f(x, weights=w, key_mask=keep).output, f(x, weights=w, mask=keep[None, :]).output)
+        assert torch.equal(f(x, weights=w, key_mask=keep).output, f(x, weights=w, key_mask=keep.expand(2, 5)).output)
+    assert torch.equal(attnref.scaled_dot_product_attention(x, x, x, key_mask=keep).output,
+                       attnref.scaled_dot_product_attention(x, x, x, mask=keep).output)
+    config = decoder.DecoderConfig(d=8, h=2, h_kv=2, d_k=4)
+    r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)
+    block = decoder.DecoderLayerWeights(attention_norm=r(8), w_q=r(8, 8), w_k=r(8, 8), w_v=r(8, 8), w_o=r(8, 8),
+                                        ffn_norm=r(8), w_gate=r(8, 16), w_up=r(8, 16), w_down=r(16, 8))
+    assert torch.equal(decoder.decoder_block(x, weights=block, config=config, key_mask=keep).output,
+                       decoder.decoder_block(x, weights=block, config=config, key_mask=keep.expand(2, 5)).output)
