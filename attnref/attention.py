@@ -333,8 +333,8 @@ def _blockwise_applies(query: Tensor, key: Tensor, full_mask: Tensor | None, sca
     if not check.values_checked() or query.numel() == 0 or key.numel() == 0:
         return True
     with torch.no_grad():
-        bound = query.norm(dim=-1).amax() * key.norm(dim=-1).amax() * abs(float(scale))
-    return bool(torch.isfinite(bound)) and float(bound) < torch.finfo(query.dtype).max
+        bound = float(query.norm(dim=-1).amax()) * float(key.norm(dim=-1).amax()) * abs(float(scale))
+    return bound < torch.finfo(query.dtype).max                    # False for inf and NaN too
 
 
 def luong_dot_scores(query: Tensor, key: Tensor) -> Tensor:

@@ -174,9 +174,10 @@ def _finite_shift(row_max: Tensor) -> Tensor:
 
 
 def _forward(q: Tensor, k: Tensor, v: Tensor, scale: float, batch_shape: tuple[int, ...], mask: Tensor | None,
-             causal: bool, window: int | None, block: int) -> tuple[Tensor, Tensor]:
-    """Output ``(B, n, d_v)`` and log-sum-exp ``(B, n, 1)`` of ``q (B, n, d_k)``, ``k (B, m, d_k)``,
-    ``v (B, m, d_v)``."""
+             causal: bool, window: int | None, block: int,
+             log_sum_exp: bool = True) -> tuple[Tensor, Tensor | None]:
+    """Output ``(B, n, d_v)`` and log-sum-exp ``(B, n, 1)`` (``None`` unless ``log_sum_exp``) of
+    ``q (B, n, d_k)``, ``k (B, m, d_k)``, ``v (B, m, d_v)``."""
     B, n, _ = q.shape
     m, d_v = v.shape[1], v.shape[2]
     steps = plan(n, m, block, causal, window).steps
@@ -201,9 +202,10 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, scale: float, batch_shape: tuple[i
         old_max.copy_(new_max)                                            # m_i ← m_i'
     empty = row_sum == 0                                                  # every key masked (or m = 0)
     output = accumulator.div_(torch.where(empty, torch.ones_like(row_sum), row_sum))   # y_i = a_i / ℓ_i
-    log_sum_exp = torch.where(empty, torch.full_like(row_sum, float("-inf")),
-                              _finite_shift(row_max) + torch.log(row_sum))             # L_i = m_i + log ℓ_i
-    return output, log_sum_exp
+    if not log_sum_exp:
+        return output, None
+    return output, torch.where(empty, torch.full_like(row_sum, float("-inf")),
+                               _finite_shift(row_max) + torch.log(row_sum))            # L_i = m_i + log ℓ_i
 
 
 def _backward(q: Tensor, k: Tensor, v: Tensor, scale: float, output: Tensor, log_sum_exp: Tensor,
@@ -301,7 +303,8 @@ def blockwise_attention(query: Tensor, key: Tensor, value: Tensor, *, scale: flo
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         output, log_sum_exp = _BlockwiseAttention.apply(q, k, v, mask, scale, batch_shape, causal, window, block)
     else:
-        output, log_sum_exp = _forward(q, k, v, scale, batch_shape, mask, causal, window, block)
+        output, log_sum_exp = _forward(q, k, v, scale, batch_shape, mask, causal, window, block,
+                                       log_sum_exp=return_log_sum_exp)
     output = output.view(batch_shape + (n, d_v))
     if return_log_sum_exp:
         return output, log_sum_exp.view(batch_shape + (n,))
