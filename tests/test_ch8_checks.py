@@ -180,3 +180,27 @@ def test_exploratory_results_do_not_vote():
         explore = [c for c in checks if c.name.startswith(marker)]
         assert explore and all(c.bears_on == claims.DEMONSTRATION for c in explore)
         assert claims.decide([c for c in checks if c not in explore]) == verdict
+
+
+# --- Robust, not lucky (issue 34 item 2): the grid votes ---------------------------------------
+
+def test_a_gain_at_some_grid_points_only_names_them_as_conditions():
+    # σ on q, k, v read 0.5 better at the two learning-rate neighbours only: the claim's side there,
+    # the opposite at the plan's own setting: the verdict may no longer be "does not hold"
+    inflate = ('        return [r["eval"][n]["accuracy"] for r in results.grid_point(robust[exp], variant, g, f"lr x {value:g}")["runs"]]',
+               '        return [r["eval"][n]["accuracy"] + (0.5 if variant == "relu_qkv" else 0) '
+               'for r in results.grid_point(robust[exp], variant, g, f"lr x {value:g}")["runs"]]')
+    verdict, checks = run_section("E1", inflate)
+    assert verdict == claims.CONDITIONS, verdict
+    assert any(c.bears_on == claims.CONDITION and "lr ÷ 3" in c.condition and "lr × 3" in c.condition for c in checks)
+
+
+def test_a_grid_that_does_not_continue_the_decisions_runs_is_refused():
+    # the 4 × runs read at twice the budget where the plan's budget is meant: they no longer
+    # reproduce the decision's runs, the supporting check fails and the verdict is not established
+    replace = ('        again = [r["checkpoint_eval"][str(entry["steps"])][str(entry["n"])]["accuracy"] for r in longest["runs"]]',
+               '        again = [r["checkpoint_eval"][str(2 * entry["steps"])][str(entry["n"])]["accuracy"] for r in longest["runs"]]')
+    for claim_id in ("E1", "E7"):
+        verdict, checks = run_section(claim_id, replace)
+        assert verdict == claims.NOT_ESTABLISHED
+        assert any(not c.passed and "reproduce the decision's runs" in c.name for c in checks)

@@ -120,3 +120,47 @@ def test_a_recheck_of_other_settings_or_on_the_same_path_is_refused(tmp_path):
     (tmp_path / results.PORTABLE / "e1.json").write_text(json.dumps(again))
     with pytest.raises(results.StaleData, match="does not re-run the stored settings"):
         results.load_recheck("E1", tmp_path)
+
+
+@pytest.mark.parametrize("experiment", RECHECKED)
+def test_the_robustness_grid_is_around_the_stored_choices(experiment):
+    """data/experiments/robust/ (make experiments-robust, plan amendment 2): same code, plan, seeds and
+    chosen learning rates as the main file; each point's learning rate is the choice times a planned
+    factor, and the longest budget's run is the plan's largest multiple of the setting's budget."""
+    try:
+        grid = results.load_robust(experiment)
+    except results.StaleData as error:
+        pytest.fail(str(error), pytrace=False)
+    plan = ex.load_amended_plan()
+    factors, budgets = plan["amendments"]["robustness"]["lr_factors"], plan["amendments"]["robustness"]["budgets"]
+    assert grid["settings"], f"{experiment}: an empty grid"
+    for s in grid["settings"]:
+        for point in s["points"]:
+            assert len(point["runs"]) == len(grid["seeds"])
+            if point["point"].startswith("lr x "):
+                assert any(point["lr"] == pytest.approx(s["lr"] * f) for f in factors), point["point"]
+                assert point["steps"] == s["steps"]
+            else:
+                assert point["lr"] == s["lr"] and point["steps"] == s["steps"] * max(budgets)
+
+
+def test_the_text_anchor_is_the_planned_configuration_on_the_planned_corpus():
+    from attnref.training import text
+    path = results.DATA / "text" / "anchor.json"
+    if not path.exists():
+        pytest.fail("data/experiments/text/anchor.json is missing: run `python tools/run_experiments.py --anchor`")
+    stored = json.loads(path.read_text())
+    plan = ex.load_plan(results.DATA / "text" / "plan.toml")
+    assert stored["plan_sha256"] == ex.plan_hash(results.DATA / "text" / "plan.toml")
+    config = stored["run"]["config"]
+    for key in ("context", "batch", "steps", "lr", "seed"):
+        assert config[key] == plan["anchor"][key], key
+    assert (config["spec"]["d"], config["spec"]["h"], config["spec"]["layers"]) == \
+        (plan["anchor"]["d"], plan["anchor"]["h"], plan["anchor"]["layers"])
+    corpus = text.Corpus.load(plan["corpus"]["validation_plays"])
+    assert stored["corpus_sha256"] == corpus.sha256 and stored["vocab"] == corpus.vocab
+    # the loss it reports is a loss of real learning: below the unigram entropy of the training text
+    counts = torch.bincount(corpus.train, minlength=corpus.vocab).double()
+    p = counts[counts > 0] / counts.sum()
+    unigram = -(p * p.log()).sum().item()
+    assert stored["run"]["val_loss"] < unigram - 0.5, (stored["run"]["val_loss"], unigram)

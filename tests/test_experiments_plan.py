@@ -199,3 +199,33 @@ def test_every_stored_learning_rate_is_the_best_on_the_tuning_seed(experiment):
             assert s["lr"] == _best_of(s["tuning"]), f"{experiment} {s['variant']} {s['group']}"
         else:
             assert s["lr"] == float(s["group"].split()[-1]) or not s["group"].startswith("lr "), s["group"]
+
+
+def test_every_amendment_was_committed_before_the_results_it_governs():
+    # each amendment's newest commit is an ancestor of the newest commit of every result file (the
+    # robustness grid and the text results included): a plan cannot be fitted to results already seen
+    amendments = ex.amendment_paths(PLAN.parent)
+    if not _git("log", "-1", "--format=%H") or not amendments:
+        pytest.skip("not a git work tree (the download bundle)")
+    results_paths = [f"data/experiments/{d}{e.lower()}.json" for e in ex.IDS for d in ("", "portable/", "robust/")]
+    results_paths.append("data/experiments/text/anchor.json")
+    for amendment in [*amendments, ROOT / "data" / "experiments" / "text" / "plan.toml"]:
+        rel = str(amendment.relative_to(ROOT))
+        plan_commit = (_git("log", "-1", "--format=%H", "--", rel) or "").strip()
+        assert plan_commit, f"{rel} is not committed"
+        for path in results_paths:
+            if "text/" in path and "text/" not in rel or ("text/" in rel and "text/" not in path):
+                continue
+            commit = (_git("log", "-1", "--format=%H", "--", path) or "").strip()
+            if not commit:
+                continue
+            done = subprocess.run(["git", "merge-base", "--is-ancestor", plan_commit, commit], cwd=ROOT)
+            assert done.returncode == 0, f"{path} ({commit[:8]}) does not descend from {rel}'s commit {plan_commit[:8]}"
+
+
+@pytest.mark.parametrize("experiment", ex.IDS)
+def test_the_results_record_the_amendments_they_were_made_under(experiment):
+    for directory in (results.DATA, results.DATA / results.PORTABLE, results.DATA / results.ROBUST):
+        path = directory / f"{experiment.lower()}.json"
+        if path.exists():
+            assert json.loads(path.read_text()).get("amendments_sha256") == ex.amendments_hash(PLAN.parent), path

