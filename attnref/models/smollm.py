@@ -83,19 +83,22 @@ def unpermute(weight: Tensor, heads: int) -> Tensor:
 def _field(reader, key: str):
     field = reader.fields.get(key)
     if field is None:
-        raise ValueError(f"{model_path().name}: GGUF field {key!r} is missing")
+        raise ValueError(f"{Path(str(reader.data.filename)).name}: GGUF field {key!r} is missing")
     return field.contents()
 
 
-def load(dtype: torch.dtype = torch.float32, layers: int | None = None, with_embedding: bool = True) -> SmolLM:
+def load(dtype: torch.dtype = torch.float32, layers: int | None = None, with_embedding: bool = True,
+         path: Path | None = None) -> SmolLM:
     """Read and dequantize the model (float32, exactly the file's values; ``dtype=torch.float64``
     casts them exactly). ``layers`` keeps only the first blocks; ``with_embedding=False`` skips
-    the 49152 × 576 embedding (3 s to dequantize) when only the blocks are needed."""
+    the 49152 × 576 embedding (3 s to dequantize) when only the blocks are needed. ``path``: another
+    GGUF file of a Llama-layout model (default: SmolLM2's, from the installed package)."""
     import gguf   # only the loader needs it
 
-    reader = gguf.GGUFReader(str(model_path()))
+    path = model_path() if path is None else Path(path)
+    reader = gguf.GGUFReader(str(path))
     if _field(reader, "general.architecture") != "llama":
-        raise ValueError(f"{FILENAME}: architecture {_field(reader, 'general.architecture')!r}, expected 'llama'")
+        raise ValueError(f"{path.name}: architecture {_field(reader, 'general.architecture')!r}, expected 'llama'")
     d = int(_field(reader, "llama.embedding_length"))
     h = int(_field(reader, "llama.attention.head_count"))
     h_kv = int(_field(reader, "llama.attention.head_count_kv"))
@@ -160,8 +163,8 @@ def forward(model: SmolLM, input_ids: Tensor, key_mask: Tensor | None = None, lo
     return DecoderOutput(hidden, blocks, out)
 
 
-def load_tokenizer():
-    """transformers' tokenizer built from the GGUF file (offline)."""
+def load_tokenizer(path: Path | None = None):
+    """transformers' tokenizer built from the GGUF file (offline); ``path``: another GGUF file."""
     from transformers import AutoTokenizer
-    path = model_path()
+    path = model_path() if path is None else Path(path)
     return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
