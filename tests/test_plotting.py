@@ -113,7 +113,8 @@ def test_displayed_points_is_the_css_size_of_a_figure_font():
 def test_no_text_below_nine_points_at_any_display_width():
     """Every text of a busy figure (ticks, labels, legends, an annotation asked at 8 pt) is at
     least 9 CSS pt where the book shows it: at its own width on a laptop and in the column of a
-    400 px phone screen. The old style (7 in, 9 pt text) gives 4.7 pt on the phone."""
+    360 px phone screen. The old style (7 in, 9 pt text) gives 4.7 pt on the phone; 12.5 pt text
+    in 5 in gave 7.8 pt at 360 px."""
     fig, (left, right) = plotting.figure(ncols=2)
     left.loglog([1e-3, 1, 1e3], [1e-6, 1, 1e6], "o-", label=r"scores $\|S(\alpha X)\|_F$")
     left.set_xlabel(r"input scale $\alpha$")
@@ -129,6 +130,7 @@ def test_no_text_below_nine_points_at_any_display_width():
         shown = {key: plotting.displayed_points(size, width_px) for key, size in sizes.items()}
         smallest = min(shown, key=shown.get)
         assert shown[smallest] >= plotting.MIN_DISPLAYED_PT, (where, smallest, shown[smallest])
+    assert plotting.NARROWEST_DISPLAY_PX <= 300, "the narrowest display is a 360 px phone's column"
     # published at the laptop's display width: the page never enlarges a figure
     assert plotting.DISPLAY_WIDTH * plotting.STYLE["figure.dpi"] == plotting.DISPLAY_WIDTHS_PX["laptop (1400 px)"]
 

@@ -6,10 +6,10 @@ to display and close it, so no cell ends with an expression whose repr holds an 
 
 Every figure of the book has one width, :data:`DISPLAY_WIDTH` inches (500 px on the page at
 100 dpi), and is published with that width and no height, so the page scales it with its aspect
-ratio kept (the site's CSS: ``max-width: 100%; height: auto``): at most 500 px on a laptop, the
-column's 352 px on a 400 px phone screen. Fonts are sized for the phone: no text is below
+ratio kept (the site's CSS: ``max-width: 100%; height: auto``): at most 500 px on a laptop, 300 px
+in the column of a 360 px phone screen. Fonts are sized for the phone: no text is below
 :data:`MIN_DISPLAYED_PT` (9 pt, 12 CSS px) where the page shows the figure narrowest
-(:data:`NARROWEST_DISPLAY_PX`), which is 13 pt on a laptop; :func:`show` raises any smaller
+(:data:`NARROWEST_DISPLAY_PX`), which is 15 pt on a laptop; :func:`show` raises any smaller
 text of a figure (a ``fontsize=8`` legend, an annotation) to :data:`MIN_TEXT_PT` before drawing.
 :func:`displayed_points` computes the size a reader sees. Long titles are wrapped to their axes
 (or to the figure, for a suptitle) before drawing; constrained layout makes room for them.
@@ -48,15 +48,15 @@ STYLE = {
     "axes.spines.top": False,
     "axes.spines.right": False,
     # Text sizes: nothing under MIN_TEXT_PT (9 pt on the page at the narrowest display width).
-    "font.size": 12.5,
-    "axes.titlesize": 13,
-    "axes.labelsize": 12.5,
-    "xtick.labelsize": 12.5,
-    "ytick.labelsize": 12.5,
-    "legend.fontsize": 12.5,
-    "legend.title_fontsize": 12.5,
-    "figure.titlesize": 13.5,
-    "figure.labelsize": 12.5,
+    "font.size": 14.5,
+    "axes.titlesize": 15,
+    "axes.labelsize": 14.5,
+    "xtick.labelsize": 14.5,
+    "ytick.labelsize": 14.5,
+    "legend.fontsize": 14.5,
+    "legend.title_fontsize": 14.5,
+    "figure.titlesize": 15.5,
+    "figure.labelsize": 14.5,
     "legend.handlelength": 1.5,
     "legend.handletextpad": 0.5,
     "legend.labelspacing": 0.3,
@@ -82,15 +82,16 @@ def use_book_style() -> None:
 #: The width of every figure, in inches: 500 px on the page at ``figure.dpi`` = 100.
 DISPLAY_WIDTH = 5.0
 #: Widths in CSS px at which the book shows a figure: its own width (a laptop's 848 px column
-#: is wider), and the narrowest, the image width in the column of a 400 px wide phone screen
-#: (measured in Chromium: 400 px less the article's 2 × 24 px padding).
-DISPLAY_WIDTHS_PX = {"laptop (1400 px)": 500, "phone (400 px)": 352}
+#: is wider), and the narrowest, the image width in the column of a 360 px wide phone screen
+#: (measured in Chromium: 300 px at 360, 330 px at 390; tests/test_browser_claims.py measures it).
+#: At 12.5 pt the text showed at 8.55 pt on a 390 px phone and 7.8 pt at 360 px.
+DISPLAY_WIDTHS_PX = {"laptop (1400 px)": 500, "phone (360 px)": 300}
 NARROWEST_DISPLAY_PX = min(DISPLAY_WIDTHS_PX.values())
 #: No text of a figure is smaller than this where the page shows the figure narrowest, in CSS
 #: points (1 pt = 4/3 px).
 MIN_DISPLAYED_PT = 9.0
 #: The figure font size (in the figure's own points) that :func:`show` raises smaller text to.
-MIN_TEXT_PT = 12.5
+MIN_TEXT_PT = 14.5
 #: The width the ``height`` arguments of :func:`figure` were designed for (the book's figures
 #: were 7 in wide); a height is scaled to the display width, 15 % taller for the larger text.
 DESIGN_WIDTH = 7.0
