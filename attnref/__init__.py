@@ -190,4 +190,7 @@ __all__ = [
     "transformer_parameter_count",
 ]
 
+from attnref import _extras  # noqa: E402
 from attnref import decoder, qknorm, rope  # noqa: E402  (modules: attnref.rope.rotate, attnref.decoder.rms_norm, …)
+
+_extras.install()   # a missing optional package names its extra: pip install 'attnref[book]'
