@@ -110,6 +110,11 @@ masks of the wrong shape, dtype or device, a ``causal`` that is not a bool, a ``
 all masked out — or that has no key at all (``m = 0``) — gets all-zero weights and a zero
 output (documented in :func:`attnref.attention.softmax`); ``n = 0`` queries give empty results.
 
+The checks that read values (NaN/±inf scans, mask values, overflow) synchronise the host and stop
+``torch.compile``/``torch.func.vmap``: ``with attnref.checks(False):`` (or ``attnref.set_checks``)
+turns them off — they are off by themselves while ``torch.compile`` traces; shape, dtype and
+device checks always run (:mod:`attnref._validate`). Chapter 8's training loop runs without them.
+
 """
 
 from attnref.attention import (
