@@ -194,3 +194,27 @@ def test_the_readme_commands_run_from_the_unpacked_bundle(bundle: Path, tmp_path
     wrong = [f"{v['id']}: {v['verdict']} (expected {v['expected']})" for v in verdicts
              if v.get("expected") and v["verdict"] != v["expected"]]
     assert not wrong, f"{name}: verdicts that differ from the catalogue: {wrong}"
+
+
+def test_the_readme_and_the_reproduce_page_state_the_same_measured_numbers() -> None:
+    """The reproduce page and the bundle's README disagreed (download 1 GB vs 1.5 GB, make experiments
+    7 vs 15 minutes, make measure 1.5 vs 1 minute, Python >= 3.11 vs 3.11): both now take every number
+    from book/_data/numbers.yml, the README by formatting, the page by MyST substitutions."""
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    import reader_numbers
+
+    phrases = reader_numbers.phrases()
+    readme = make_bundle.readme("attnref-0-py3-none-any.whl", sorted((ROOT / "notebooks").glob("*.ipynb")))
+    page = (ROOT / "book" / "reproduce.md").read_text(encoding="utf-8")
+    for key in ("python", "download", "measure_time", "experiments_time"):
+        assert phrases[key] in readme, f"the README does not state {key}: {phrases[key]!r}"
+        assert "{{ " + key + " }}" in page, f"the reproduce page does not take {key} from numbers.yml"
+    # no number typed beside them: a size in GB or a time in minutes only through the phrases
+    for text, name in ((readme, "README"), (page, "reproduce page")):
+        for phrase in phrases.values():
+            text = text.replace(phrase, "")
+        typed = re.findall(r"\d+(?:\.\d+)? GB|\d+ minutes|minute and a half|Python 3\.\d+", text)
+        assert not typed, f"the {name} types numbers of its own: {typed}"
+    # the numbers file is the measured one: the decoder's stored timing says how long make measure took
+    measured = json.loads((ROOT / "data" / "smollm2-measurements.json").read_text())["seconds"]
+    assert abs(reader_numbers.load()["measure_minutes"] - measured / 60) < 0.5

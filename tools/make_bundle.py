@@ -36,6 +36,8 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "book" / "_ext"))
+import reader_numbers  # noqa: E402  (the measured numbers, shared with the reproduce page)
 DEFAULT_OUT = ROOT / "_build" / "downloads" / "attention-claims-bundle.zip"
 FOLDER = "attention-claims"
 EPOCH = (2026, 1, 1, 0, 0, 0)   # every entry's timestamp: the zip depends only on its contents
@@ -48,13 +50,13 @@ EXAMPLE = "02-linear-layers"   # the chapter the README runs as its example (a f
 STORED = {
     "06b-trained-decoder": (
         "reads `data/smollm2-measurements.npz` and `.json` (the trained decoder run over the text set)",
-        "python tools/measure_decoder.py", "about a minute"),
+        "python tools/measure_decoder.py", "{measure_time}"),
     "08-training": (
         "reads `data/experiments/e*.json` (the training runs) and `data/experiments/portable/` (the same "
         "runs on torch's portable kernels)",
         "python tools/run_experiments.py --jobs 2 && ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 "
         "python tools/run_experiments.py --jobs 2 --recheck --out data/experiments/portable",
-        "about 15 minutes on 2 idle cores, then the recheck of E1, E4 and E5"),
+        "{experiments_time}, the recheck on the portable kernels included"),
 }
 
 README = """\
@@ -65,7 +67,7 @@ shows), the reference package `attnref` as a wheel ({wheel}), the stored results
 read (`data/`) with the scripts that recompute them (`tools/`), and `requirements-reader.lock`:
 the {packages} packages the notebooks need when they run, at the exact versions the stored outputs
 were made with (the book's own build and tests need more; their lock is in the book's repository).
-You need Python 3.11 and pip; the install downloads about {download} (torch's CPU build is most of it).
+You need {python} and pip; the install downloads {download}; torch's CPU build is most of it.
 
 ## Install
 
@@ -121,6 +123,7 @@ def chapter_lines(notebooks: list[Path]) -> str:
                     break
         if notebook.stem in STORED:
             what, command, duration = STORED[notebook.stem]
+            duration = duration.format(**reader_numbers.phrases())   # book/_data/numbers.yml
             lines.append(f"- `{notebook.name}` ({title}): {what}; recompute them with `{command}` "
                          f"({duration}), then run the chapter.")
         else:
@@ -161,8 +164,10 @@ def readme(wheel: str, notebooks: list[Path]) -> str:
     packages = sum(1 for name in LOCKS for line in (ROOT / name).read_text().splitlines()
                    if line and not line.startswith("#"))
     number = re.match(r"0*(\d+)", EXAMPLE).group(1)
-    return README.format(wheel=wheel, torch=torch_pin(), packages=packages, download="1.5 GB",
-                         example=EXAMPLE, example_number=number, chapters=chapter_lines(notebooks))
+    # the measured sizes and times: one source with the reproduce page (book/_data/numbers.yml)
+    numbers = reader_numbers.phrases()
+    return README.format(wheel=wheel, torch=torch_pin(), packages=packages, example=EXAMPLE,
+                         example_number=number, chapters=chapter_lines(notebooks), **numbers)
 
 
 def make_bundle(out: Path) -> Path:
