@@ -32,6 +32,8 @@ The attention math is at the top of the package; everything else has its own pla
 
 ``attention``        softmax and single-head attention in all its forms (scaled dot-product,
                      additive, Luong, cosine, parameter-free, linear/bra-ket, GAT, GATv2)
+``blockwise``        attention by the online softmax, one block of keys at a time (no ``n × m`` matrix;
+                     what every attention asked for ``need_weights=False`` runs; chapter 9, claim F1)
 ``multihead``        multi-head attention per head and packed; conversion from/to torch
 ``layers``           LayerNorm, feed-forward network, the encoder layer's weights, positional encoding
 ``blocks``           the residual layer and its variants (post-LN, pre-LN, …: one place), stacks, and a
@@ -196,6 +198,6 @@ __all__ = [
 ]
 
 from attnref import _extras  # noqa: E402
-from attnref import decoder, qknorm, rope  # noqa: E402  (modules: attnref.rope.rotate, attnref.decoder.rms_norm, …)
+from attnref import blockwise, decoder, qknorm, rope  # noqa: E402  (modules: attnref.rope.rotate, attnref.decoder.rms_norm, …)
 
 _extras.install()   # a missing optional package names its extra: pip install 'attnref[book]'
