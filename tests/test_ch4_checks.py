@@ -229,7 +229,7 @@ def test_c3_records_the_failure_probability_of_every_interval_it_uses(monkeypatc
 def test_the_union_bound_test_catches_a_check_stating_half_its_intervals(monkeypatch):
     # The injected bug of issue 38: a law's check states the δ of 3 of its 6 intervals.
     used, recorded, verdict = _interval_delta_and_recorded(
-        monkeypatch, ("failure_probability=union(used),", "failure_probability=union(used[:3]),"))
+        monkeypatch, ("intervals=used,", "intervals=used[:3],"))
     assert verdict == claims.HOLDS                   # the verdict cannot see it ...
     assert recorded < used - 1e-12                   # ... the comparison with the intervals does
 
