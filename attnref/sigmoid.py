@@ -28,7 +28,7 @@ Tensor = torch.Tensor
 
 def sigmoid_attention(query: Tensor, key: Tensor, value: Tensor, *, bias: float | Tensor | None = None,
                       mask: Tensor | None = None, key_mask: Tensor | None = None, causal: bool = False,
-                      scale: float | None = None) -> AttentionResult:
+                      scale: float | None = None, need_weights: bool = True) -> AttentionResult:
     r"""Sigmoid attention: :math:`Y = \sigma(Q K^\top \cdot \mathrm{scale} + b)\, V`, elementwise.
 
     Args:
@@ -41,6 +41,8 @@ def sigmoid_attention(query: Tensor, key: Tensor, value: Tensor, *, bias: float 
         key_mask: boolean ``(..., m)``, False for padding keys.
         causal: query ``i`` keeps key ``j`` only when ``j ≤ i``.
         scale: factor on the scores, default :math:`1/\sqrt{d_k}` (``d_k = 0`` then raises).
+        need_weights: ``False`` returns ``weights=None`` (as attnref's SDPA; the multi-head hook
+            passes it through).
 
     Returns an :class:`~attnref.attention.AttentionResult`: ``output (..., n, d_v)``; ``weights
     (..., n, m)``, the elementwise :math:`\sigma(\cdot)` — in :math:`(0, 1)`, a removed key's
@@ -52,6 +54,7 @@ def sigmoid_attention(query: Tensor, key: Tensor, value: Tensor, *, bias: float 
     the input dtype. Bad input raises ``ValueError`` naming the argument and its shape.
     """
     _check_qkv(query, key, value)
+    check.boolean("need_weights", need_weights)
     d_k, m = query.shape[-1], key.shape[-2]
     if scale is None and d_k == 0:
         raise ValueError(f"query {check.shape_of(query)} and key {check.shape_of(key)} have width d_k = 0: "
@@ -85,4 +88,4 @@ def sigmoid_attention(query: Tensor, key: Tensor, value: Tensor, *, bias: float 
                              f"(scores of shape {check.shape_of(scores)})")
         weights = torch.sigmoid(masked)
     output = weights @ value                         # (..., n, m) @ (..., m, d_v) -> (..., n, d_v)
-    return AttentionResult(output.to(dtype), weights.to(dtype), scores=scores.to(dtype))
+    return AttentionResult(output.to(dtype), weights.to(dtype) if need_weights else None, scores=scores.to(dtype))

@@ -145,10 +145,18 @@ def test_call_shape_tensors_positional_rest_keyword_only():
     parameters = inspect.signature(sigmoid_attention).parameters
     positional = [p.name for p in parameters.values() if p.kind == p.POSITIONAL_OR_KEYWORD]
     assert positional == ["query", "key", "value"]
-    assert {name: parameters[name].default for name in ("bias", "mask", "key_mask", "causal", "scale")} == {
-        "bias": None, "mask": None, "key_mask": None, "causal": False, "scale": None}
-    assert all(parameters[name].kind == inspect.Parameter.KEYWORD_ONLY
-               for name in ("bias", "mask", "key_mask", "causal", "scale"))
+    options = ("bias", "mask", "key_mask", "causal", "scale", "need_weights")
+    assert {name: parameters[name].default for name in options} == {
+        "bias": None, "mask": None, "key_mask": None, "causal": False, "scale": None, "need_weights": True}
+    assert all(parameters[name].kind == inspect.Parameter.KEYWORD_ONLY for name in options)
+
+
+def test_need_weights_false_gives_the_same_output_and_no_weights(gen):
+    q, k, v = randn(gen, 3, 4), randn(gen, 5, 4), randn(gen, 5, 2)
+    full, lean = sigmoid_attention(q, k, v, causal=True), sigmoid_attention(q, k, v, causal=True, need_weights=False)
+    assert lean.weights is None and torch.equal(lean.output, full.output)
+    with pytest.raises(ValueError, match="need_weights"):
+        sigmoid_attention(q, k, v, need_weights="no")
     assert attnref.sigmoid_attention is sigmoid_attention
 
 
