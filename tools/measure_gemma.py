@@ -44,9 +44,12 @@ def long_text(token_ids: list[list[int]], tokens: int) -> list[int]:
 
 def smollm_max_logits(root: Path) -> torch.Tensor:
     """SmolLM2's largest |score| per sentence, block and head (its token ids as chapter 6b stored them)."""
+    import numpy as np
+
     from attnref.analysis import decoder_measure as dm
     from attnref.models import smollm
-    arrays, _ = dm.load(root)
+    with np.load((root / dm.DATA).with_suffix(".npz")) as stored:      # the token ids only: no code hash needed
+        arrays = {name: torch.from_numpy(stored[name]) for name in ("token_ids", "sentence_lengths")}
     lengths = arrays["sentence_lengths"].tolist()
     starts = [0, *torch.tensor(lengths).cumsum(0).tolist()]
     model = smollm.load()
@@ -107,6 +110,7 @@ def main() -> int:
     arrays.update(qm.fused_form(model, ids[:FUSED_TEXT_TOKENS]))
     say("G2 measured")
     measure_seconds = time.perf_counter() - measure_start
+    torch.save(arrays, gemma3.cache_dir() / "gemma3-measurements.partial.pt")   # not lost if SmolLM2 fails
     arrays["smollm_max_logit"] = smollm_max_logits(args.root)
     say("SmolLM2's largest logits measured")
     arrays["token_ids"] = torch.tensor([t for s in token_ids for t in s], dtype=torch.int64)
