@@ -36,7 +36,7 @@ def model_dir() -> Path:
 def report(model_dir, tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("audit") / "report"
     result = audit(model_dir, TEXTS, out)
-    assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.json", "report.md"]
     return {"result": result, "out": out}
 
 
@@ -192,3 +192,19 @@ def test_the_module_runs_as_a_command(tmp_path):
     done = subprocess.run([sys.executable, "-m", "attnref.audit", str(tmp_path / "nothing"), "--quiet"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and done.stderr.strip().startswith("attnref audit:") and done.stderr.count("\n") == 1
+
+
+def test_the_stored_report_on_the_books_page_is_consistent(model_dir):
+    """data/audit/minilm (shown on the "Check your own model" page): its Markdown is what its JSON
+    gives, its verdicts are the engine's, and it was made from the installed weights."""
+    import hashlib
+
+    from attnref.audit import report as report_module
+    folder = Path(__file__).resolve().parents[1] / "data" / "audit" / "minilm"
+    stored = json.loads((folder / "report.json").read_text())
+    assert (folder / "report.md").read_text() == report_module.markdown(stored)
+    digest = hashlib.sha256((model_dir / "model.safetensors").read_bytes()).hexdigest()
+    assert stored["model"]["sha256"]["model.safetensors"] == digest
+    from attnref.analysis.texts import SENTENCES
+    assert stored["texts"]["sha256"] == hashlib.sha256("\n".join(SENTENCES).encode()).hexdigest()
+    test_verdicts_follow_the_engine({"result": stored})

@@ -31,9 +31,25 @@ def _bar_chart(values: list[float], reference: float, title: str, label: str) ->
     return "".join(parts)
 
 
+def markdown(report: dict) -> str:
+    """The verdict table and every check as Markdown (for a page of the book, or a pull request)."""
+    def cell(text) -> str:
+        return str(text).replace("|", "\\|").replace("\n", " ")
+    m = report["model"]
+    lines = [f"Model **{cell(m['name'])}** ({cell(m['family'])} family), {report['texts']['count']} texts, "
+             f"{report['texts']['tokens']} tokens.", "",
+             "| ID | verdict | check | measured | held to |", "| --- | --- | --- | --- | --- |"]
+    for cid, entry in report["rechecks"].items():
+        for i, c in enumerate(entry["checks"]):
+            lines.append(f"| {cid if i == 0 else ''} | {cell(entry['verdict']) if i == 0 else ''} | {cell(c['name'])} "
+                         f"| {cell(c['measured'])} | {cell(c['held_to'])} |")
+    return "\n".join(lines) + "\n"
+
+
 def write(folder: Path, report: dict, checks: dict) -> None:
-    """Write ``report.json`` and ``report.html`` into ``folder`` (which exists and is empty)."""
+    """Write ``report.json``, ``report.md`` and ``report.html`` into ``folder`` (which exists and is empty)."""
     (folder / "report.json").write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+    (folder / "report.md").write_text(markdown(report))
     rows = []
     for cid, entry in report["rechecks"].items():
         colour = _BADGE.get(entry["verdict"], "#57606a")
