@@ -32,8 +32,11 @@ def _load(path: Path, config: dict) -> Loaded:
         raise AuditError(f"{path.name}: corrupt GGUF file or a Gemma 3 layout the audit cannot run "
                          f"({error.__class__.__name__}: {str(error).splitlines()[0] if str(error) else ''})") from None
     try:
-        from transformers import AutoTokenizer
-        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        if gemma3._sha256(path) == gemma3.SHA256:
+            tokenizer = gemma3.load_tokenizer()            # the book's model: its tokenizer is cached
+        else:
+            from transformers import AutoTokenizer
+            tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     except Exception as error:
         raise AuditError(f"{path.name}: no usable tokenizer in the GGUF file ({error.__class__.__name__})") from None
     group = c.h // c.h_kv
