@@ -171,3 +171,14 @@ def test_pip_check_finds_the_declared_requirements(scratch):
     result = subprocess.run([sys.executable, "-m", "pip", "--python", str(scratch["python"]), "check"],
                             capture_output=True, text=True, timeout=120)
     assert "attnref" not in result.stdout, result.stdout
+
+
+def test_stored_data_outside_the_repository_say_where_they_are(scratch):
+    """An installed package has no data/ beside it: the error says where the stored results are and
+    how the lookup finds them, not 'site-packages/data/... is missing: run make experiments'.
+    fails_if: the message names a make target only (there is no Makefile in site-packages)."""
+    result = _run(scratch, "from attnref.training import results; results.load('E1')")
+    assert result.returncode != 0
+    message = result.stderr.strip().splitlines()[-1]
+    assert "e1.json was not found" in message and "download bundle, folder data/" in message, message
+    assert "ATTNREF_EXPERIMENTS" in message and "site-packages/data" not in message.split("(looked in")[0]

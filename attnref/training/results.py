@@ -14,6 +14,7 @@ import math
 import os
 from pathlib import Path
 
+from attnref._data import missing
 from attnref.analysis.stats import Interval
 from attnref.training import experiments
 from attnref.training.train import training_code_hash
@@ -41,7 +42,7 @@ def load(experiment: str, directory: Path | str | None = None, check_hash: bool 
     path = Path(directory or os.environ.get("ATTNREF_EXPERIMENTS") or _data_directory()) / f"{experiment.lower()}.json"
     shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     if not path.exists():
-        raise StaleData(f"{shown} is missing: run `make experiments` (about 7 minutes on 2 cores) to train and write it")
+        raise StaleData(missing(path, "experiments", "about 7 minutes on 2 cores", "ATTNREF_EXPERIMENTS"))
     try:
         data = json.loads(path.read_text())
         stored = data["training_code_hash"]
