@@ -143,3 +143,21 @@ def test_block_zero_hull_measures_as_stored(stored, model):
         assert distance <= allowed, f"{name}: {distance:.2g} from float64 > {allowed:.2g}: run `make measure`"
     assert (arrays["hull_centroid_distance"][0] <= 1e-9 * arrays["hull_key_scale"][0]).all()
     assert torch.allclose(again["hull_random_distance"], arrays["hull_random_distance"], rtol=1e-9, atol=0)
+
+
+def test_two_paraphrase_pairs_measure_as_stored(stored, model):
+    """A3: the mean cosines of the first two pairs' sentences (raw and with the stored common
+    direction removed) re-measured with the current code, within this machine's float32 error."""
+    arrays, _ = stored
+    lengths = arrays["semantic_lengths"].tolist()
+    starts = [0, *torch.tensor(lengths).cumsum(0).tolist()]
+    sentences = [arrays["semantic_token_ids"][starts[i]:starts[i + 1]].tolist() for i in range(len(lengths))]
+    pairs = len(lengths) // 2
+    first, second = sentences[:2], sentences[pairs:pairs + 2]
+    torch.set_num_threads(1)
+    again = dm.semantic_measure(model, first, second, arrays["semantic_mean"], arrays["semantic_directions"])
+    exact = dm.semantic_measure(model.to(torch.float64), first, second, arrays["semantic_mean"],
+                                arrays["semantic_directions"])
+    for name in ("semantic_raw", "semantic_removed"):
+        distance, allowed = provenance.float32_drift(arrays[name][:2, :2], again[name], exact[name])
+        assert distance <= allowed, f"{name}: the stored values drifted ({distance:.2g} > {allowed:.2g}): run `make measure`"

@@ -21,6 +21,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from attnref.analysis import decoder_measure as dm  # noqa: E402
+from attnref.analysis.semantic import PARAPHRASES  # noqa: E402
 from attnref.analysis.texts import SENTENCES  # noqa: E402
 from attnref.book import provenance  # noqa: E402
 from attnref.models import smollm  # noqa: E402
@@ -51,8 +52,15 @@ def main() -> int:
         bar = "#" * (width * done // total) + "-" * (width - width * done // total)
         print(f"\r  sentences [{bar}] {done}/{total}", end="" if done < total else "\n", flush=True)
 
-    arrays = dm.measure_sentences(model, token_ids, progress)
+    states: list = []
+    arrays = dm.measure_sentences(model, token_ids, progress, states=states)
     say("activations measured")
+    arrays.update(dm.semantic_directions(states))
+    del states
+    arrays.update(dm.semantic_measure(model, [tokenizer(a).input_ids for a, _ in PARAPHRASES],
+                                      [tokenizer(b).input_ids for _, b in PARAPHRASES],
+                                      arrays["semantic_mean"], arrays["semantic_directions"]))
+    say(f"A3's {len(PARAPHRASES)} paraphrase pairs measured")
     long_ids = [t for ids in token_ids for t in ids][:LONG_TEXT_TOKENS]
     arrays["long_text_sigma"] = dm.long_text_logit_spectra(model, long_ids)
     arrays.update(dm.long_text_hull(model, long_ids, seed=HULL_SEED))
@@ -74,6 +82,9 @@ def main() -> int:
         "config": {"d": c.d, "h": c.h, "h_kv": c.h_kv, "d_k": c.d_k, "layers": len(model.layers),
                    "rope_base": c.rope_base, "eps": c.eps},
         "offsets": list(dm.OFFSETS), "long_text_tokens": len(long_ids),
+        "semantic": {"pairs": len(PARAPHRASES), "directions_removed": int(arrays["semantic_directions"].shape[-2]),
+                     "baseline": "mean and top principal directions of the text set's stream vectors "
+                                 "(first tokens left out), per stage"},
         "hull": {"seed": HULL_SEED, "random_draws": dm.HULL_RANDOM_DRAWS,
                  "random_keys": "n standard normal keys in d_k dimensions, torch.Generator().manual_seed(seed)"},
         "requant": {"seed": REQUANT_SEED, "draws": dm.REQUANT_DRAWS, "sentences": dm.REQUANT_SENTENCES,

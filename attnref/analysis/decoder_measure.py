@@ -27,9 +27,18 @@ head ``i`` (key head ``g(i) = i // (h / h_kv)``), sums over the rows a causal so
 ``loss``                 that mean cross-entropy (nats per token)
 ``pure_spread_sq``, ``pure_total_sq``   D1's residual along the attention-only path without skips:
                          ``Y^(0) = H^(0)``, ``Y^(l) = GQA_l(RMSNorm_l(Y^(l−1)))`` with the model's weights
+``free_spread_sq``, ``free_total_sq``   the same path with the same weights but **without the causal
+                         mask** (every token attends to every token): D1's control for the mask
 ``sink_mass``            (A1) Σ over query rows t ≥ 1 of the attention weight on the first token, per head
 ``value_first_norm``, ``value_other_norm``   (A1) ‖v_0‖ and Σ_{j≥1} ‖v_j‖ of each key/value head's value vectors
 ``first_sq``             (A1) ‖h_0^(l)‖², the first token's squared norm in the residual stream, l = 0 … 30
+
+A3 (:func:`semantic_measure`, :mod:`attnref.analysis.semantic`): ``semantic_mean`` ``(layers + 1, d)`` and
+``semantic_directions`` ``(layers + 1, D, d)``, the mean and top ``D = ⌈d/100⌉`` principal directions of
+the stream vectors of the text set (every token but the first); ``semantic_raw`` and
+``semantic_removed`` ``(K, K, layers + 1)``, the mean cosines ``S[k, k']`` between the tokens of the
+paraphrase pairs' first and second sentences (first tokens left out), before and after removing
+them; ``semantic_token_ids``, ``semantic_lengths`` the pairs' tokens (first sentences, then second).
 
 Pairs of sentences (A2, :func:`pair_sums`): ``pair_cos``, ``pair_cos_sq`` ``(S, S, layers + 1)``, the sum
 over the tokens i of sentence s and j of sentence s' of cos(h_i^(l), h_j^(l)) and of its square.
@@ -66,7 +75,7 @@ Tensor = torch.Tensor
 OFFSETS = (0, 1, 2, 4, 8, 32, 128)
 #: The source files whose code produces the stored numbers (their hash is stored with them).
 SOURCES = ("attnref/decoder.py", "attnref/blocks.py", "attnref/rope.py", "attnref/attention.py", "attnref/models/smollm.py",
-           "attnref/analysis/decoder_measure.py", "attnref/analysis/texts.py")
+           "attnref/analysis/decoder_measure.py", "attnref/analysis/texts.py", "attnref/analysis/semantic.py")
 DATA = Path("data") / "smollm2-measurements"
 #: The folder that holds the ``attnref`` package: the repository (editable install), or
 #: site-packages (a wheel); :data:`SOURCES` are read from it.
@@ -211,10 +220,11 @@ def requant_sensitivity(model, path: Path, token_ids: list[list[int]], seed: int
 
 # --- activations ---------------------------------------------------------------------------------
 
-def _sums_for_sentence(model, ids: Tensor, attention_only: bool = True, units: list | None = None) -> dict[str, Tensor]:
+def _sums_for_sentence(model, ids: Tensor, attention_only: bool = True, units: list | None = None,
+                       states: list | None = None) -> dict[str, Tensor]:
     """The per-sentence sums of the module docstring, for one sentence ``ids`` (n,); ``attention_only=False``
-    skips the attention-only path; ``units`` (a list) receives the unit vectors of H^(0) … H^(L),
-    ``(layers + 1, n, d)`` float64, for :func:`pair_sums`."""
+    skips the attention-only paths; ``units`` (a list) receives the unit vectors of H^(0) … H^(L),
+    ``(layers + 1, n, d)`` float64, for :func:`pair_sums`; ``states`` the vectors themselves."""
     from attnref.decoder import decoder_block, grouped_query_attention
 
     c = model.config
@@ -229,8 +239,8 @@ def _sums_for_sentence(model, ids: Tensor, attention_only: bool = True, units: l
                 ("ln_norm", "ln_norm_sq", "ln_dev", "attention_sq", "ffn_sq")})
     out.update({name: torch.zeros(L + 1, dtype=torch.float64) for name in
                 ("stream_sq", "spread_sq", "total_sq", "cos_sum", "pairs", "pure_spread_sq", "pure_total_sq",
-                 "first_sq")})
-    unit_vectors = []
+                 "free_spread_sq", "free_total_sq", "first_sq")})
+    unit_vectors, state_vectors = [], []
     allowed = torch.ones(n, n, dtype=torch.bool).tril(-1) | torch.eye(n, dtype=torch.bool)   # j ≤ t
     lower = torch.ones(n, n, dtype=torch.bool).tril(-1)                                     # distinct pairs
     enough = allowed.sum(-1) >= 2                                                            # rows with ≥ 2 keys
@@ -243,6 +253,7 @@ def _sums_for_sentence(model, ids: Tensor, attention_only: bool = True, units: l
         out["first_sq"][index] = x64[0].pow(2).sum()
         unit = x64 / x64.norm(dim=-1, keepdim=True)
         unit_vectors.append(unit)
+        state_vectors.append(x64)
         out["cos_sum"][index] = (unit @ unit.T)[lower].sum()
         out["pairs"][index] = lower.sum()
 
@@ -251,6 +262,8 @@ def _sums_for_sentence(model, ids: Tensor, attention_only: bool = True, units: l
     pure = x.double()                                                                       # attention only, no skips
     out["pure_spread_sq"][0] = (pure - pure.mean(0, keepdim=True)).pow(2).sum()
     out["pure_total_sq"][0] = pure.pow(2).sum()
+    free = pure.clone()                                                                     # the same, no causal mask
+    out["free_spread_sq"][0], out["free_total_sq"][0] = out["pure_spread_sq"][0], out["pure_total_sq"][0]
     for l, layer in enumerate(model.layers):
         normalised = rms_norm(x, layer.attention_norm, c.eps)
         plain = rms_norm(x.double(), None, c.eps)                                           # without the gain
@@ -292,8 +305,14 @@ def _sums_for_sentence(model, ids: Tensor, attention_only: bool = True, units: l
                                        weights=layer.to(dtype=torch.float64), config=c, causal=True).output
         out["pure_spread_sq"][l + 1] = (pure - pure.mean(0, keepdim=True)).pow(2).sum()
         out["pure_total_sq"][l + 1] = pure.pow(2).sum()
+        free = grouped_query_attention(rms_norm(free, layer.attention_norm.double(), c.eps),
+                                       weights=layer.to(dtype=torch.float64), config=c, causal=False).output
+        out["free_spread_sq"][l + 1] = (free - free.mean(0, keepdim=True)).pow(2).sum()
+        out["free_total_sq"][l + 1] = free.pow(2).sum()
     if units is not None:
         units.append(torch.stack(unit_vectors))
+    if states is not None:
+        states.append(torch.stack(state_vectors))
     return out
 
 
@@ -310,6 +329,45 @@ def pair_sums(units: list[Tensor]) -> dict[str, Tensor]:
         pair_cos.append(member.T @ cos @ member)                                        # (S, S)
         pair_cos_sq.append(member.T @ cos.pow(2) @ member)
     return {"pair_cos": torch.stack(pair_cos, -1), "pair_cos_sq": torch.stack(pair_cos_sq, -1)}
+
+
+def semantic_directions(states: list[Tensor]) -> dict[str, Tensor]:
+    """A3's baseline from each sentence's stream vectors ``(layers + 1, n_s, d)``: the mean and the
+    top ``⌈d/100⌉`` principal directions per stage over every token but the first (the sink)."""
+    from attnref.analysis import semantic
+
+    kept = torch.cat([x[:, 1:] for x in states], dim=1)                                 # (layers + 1, N, d)
+    total, outer = kept.sum(1), kept.transpose(-2, -1) @ kept                           # (…, d), (…, d, d)
+    mean, directions = semantic.common_directions(total, outer, kept.shape[1],
+                                                  semantic.directions_count(kept.shape[-1]))
+    return {"semantic_mean": mean, "semantic_directions": directions}
+
+
+def semantic_measure(model, first_ids: list[list[int]], second_ids: list[list[int]], mean: Tensor,
+                     directions: Tensor) -> dict[str, Tensor]:
+    """A3 on the paraphrase pairs: the stream vectors of every sentence (first token left out), and
+    ``semantic_raw`` / ``semantic_removed`` ``(K, K, layers + 1)``: :func:`semantic.pair_cosines` at each
+    stage before and after :func:`semantic.remove_common` with ``mean`` and ``directions``."""
+    from attnref.analysis import semantic
+
+    def stages(ids: list[int]) -> Tensor:                                               # (layers + 1, n − 1, d)
+        states: list[Tensor] = []
+        with torch.no_grad():
+            _sums_for_sentence(model, torch.tensor(ids, dtype=torch.int64), attention_only=False, states=states)
+        return states[0][:, 1:]
+
+    first, second = [stages(ids) for ids in first_ids], [stages(ids) for ids in second_ids]
+    ids_a = [torch.tensor(ids[1:]) for ids in first_ids]
+    ids_b = [torch.tensor(ids[1:]) for ids in second_ids]
+    raw, removed = [], []
+    for l in range(mean.shape[0]):
+        raw.append(semantic.pair_cosines([x[l] for x in first], ids_a, [x[l] for x in second], ids_b))
+        clean = lambda x: semantic.remove_common(x[l], mean[l], directions[l])
+        removed.append(semantic.pair_cosines([clean(x) for x in first], ids_a, [clean(x) for x in second], ids_b))
+    everything = [t for ids in (*first_ids, *second_ids) for t in ids]
+    return {"semantic_raw": torch.stack(raw, -1), "semantic_removed": torch.stack(removed, -1),
+            "semantic_token_ids": torch.tensor(everything, dtype=torch.int64),
+            "semantic_lengths": torch.tensor([len(ids) for ids in (*first_ids, *second_ids)], dtype=torch.int64)}
 
 
 ATTENTION_WEIGHTS = ("w_q", "w_k", "w_v", "w_o")
@@ -345,14 +403,16 @@ GRADIENT_SENTENCES = 16
 
 
 def measure_sentences(model, token_ids: list[list[int]], progress=None,
-                      gradients: int = GRADIENT_SENTENCES) -> dict[str, Tensor]:
+                      gradients: int = GRADIENT_SENTENCES, states: list | None = None) -> dict[str, Tensor]:
     """:func:`_sums_for_sentence` for every sentence, stacked along a first dimension, and
-    :func:`_gradient_norms` for the first ``gradients`` sentences (arrays ``grad_*``, ``loss``)."""
+    :func:`_gradient_norms` for the first ``gradients`` sentences (arrays ``grad_*``, ``loss``);
+    ``states`` (a list) receives each sentence's stream vectors (for :func:`semantic_directions`)."""
     rows, grads, units = [], [], []
+    states = [] if states is None else states
     for i, ids in enumerate(token_ids):
         ids = torch.tensor(ids, dtype=torch.int64)
         with torch.no_grad():
-            rows.append(_sums_for_sentence(model, ids, units=units))
+            rows.append(_sums_for_sentence(model, ids, units=units, states=states))
         if i < gradients:
             grads.append(_gradient_norms(model, ids))
         if progress is not None:
