@@ -1,5 +1,5 @@
 """Chapter 6b's checks can fail: for every recheck on SmolLM2 (H2, H8, H7, C9, C3, C6, D1, D2,
-A1, A2, L4), a plausible bug — in the notebook's own code, in an attnref function it calls, or in the
+A1, A2, A3, L4), a plausible bug — in the notebook's own code, in an attnref function it calls, or in the
 stored measurements it reads (a measurement bug, or a NaN) — moves the recheck's verdict away
 from the expected one, and the check that catches it is named.
 
@@ -30,7 +30,7 @@ import notebook_sections                     # tests/notebook_sections.py
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "06b-trained-decoder.ipynb"
 MODEL = "SmolLM2-135M-Instruct"
-IDS = ["H2", "H8", "H7", "C9", "C3", "C6", "D1", "D2", "A1", "A2", "L4"]
+IDS = ["H2", "H8", "H7", "C9", "C3", "C6", "D1", "D2", "A1", "A2", "A3", "L4"]
 ANCHOR = re.compile(r"^\(smollm-(\w+)\)=$", re.M)
 DEPENDS = {"L4": ["A2"]}            # L4's recheck reads the pair statistics A2's section computes
 
@@ -112,6 +112,7 @@ NAN_SITES = {                 # (array, index) into the stored measurements, one
     "D2": ("grad_ffn_sq", (0, 4)),
     "A1": ("sink_mass", (3, 20, 4)),
     "A2": ("pair_cos_sq", (1, 2, 17)),
+    "A3": ("semantic_raw", (3, 3, 10)),
     "L4": ("pair_cos_sq", (5, 9, 0)),
 }
 
@@ -310,3 +311,40 @@ def test_c6_coefficient_of_variation_with_the_variance_sign_flipped_is_caught(mo
     monkeypatch.setattr(trained, "coefficient_of_variation", flipped)
     assert_caught("C6", *run("C6"), "CV of ‖RMSNorm(h)‖, trained gain")
 
+
+
+def test_d1_the_control_without_the_mask_must_accelerate():
+    # Bug: the control reads the causal path (no mask removed): its rate does not grow, and the
+    # explanation "the mask keeps the rate constant" loses its support.
+    assert_caught("D1", *run("D1", ('(data["free_spread_sq"].sum(0) / data["free_total_sq"].sum(0))',
+                                    '(data["pure_spread_sq"].sum(0) / data["pure_total_sq"].sum(0))')),
+                  "without the causal mask")
+
+
+def test_d2_records_the_size_of_its_test_not_the_p_value():
+    # The test "p ≤ 0.05" with 16 sentences rejects from the smallest c with P(B ≥ c) ≤ 0.05 on;
+    # its size P(B ≥ c), from scipy's binomial here, is the failure probability it records.
+    from scipy.stats import binom
+    verdict, checks = run("D2")
+    sign = next(c for c in checks if "sign test" in c.name)
+    n = 16
+    c = min(k for k in range(n + 1) if binom.sf(k - 1, n, 0.5) <= 0.05)
+    assert c == 12 and sign.failure_probability == pytest.approx(binom.sf(c - 1, n, 0.5), rel=1e-12)   # 0.0384
+    assert sign.excludes and sign.false_failure is not None and sign.held_to.startswith(f"≥ {c} of {n}")
+
+
+def test_a3_paraphrases_compared_with_unrelated_sentences_are_caught():
+    # Bug: the pair cosines stored with the second sentences shifted by one pair (a paraphrase
+    # compared with an unrelated sentence): no gap, or a negative one.
+    def shifted(arrays):
+        for name in ("semantic_raw", "semantic_removed"):
+            arrays[name] = arrays[name].roll(1, 1)
+    verdict, _ = run("A3", patch_data=shifted)
+    assert verdict != claims.expected_verdict("A3", MODEL)
+
+
+def test_a3_a_baseline_that_removes_nothing_is_caught():
+    # Bug: the "removed" cosines are the raw ones (the common direction kept).
+    def kept(arrays):
+        arrays["semantic_removed"] = arrays["semantic_raw"].clone()
+    assert_caught("A3", *run("A3", patch_data=kept), "with the common direction removed / raw")
