@@ -24,7 +24,8 @@ NOT_ESTABLISHED = "not established"
 #: The verdicts the evidence can settle on. A claim's expected verdict is one of ALL_VERDICTS:
 #: NOT_ESTABLISHED is expected only where a planned measurement cannot decide (E5: an interval
 #: that contains the smallest effect that counts; E2: a baseline at chance at depth 8, which the
-#: plan's supporting check refuses) — an honest result the book states as one.
+#: plan's supporting check refuses; E4: its robustness grid, which the plan's amendment 2 requires,
+#: was not run in the session's time) — an honest result the book states as one.
 VERDICTS = (HOLDS, CONDITIONS, FAILS, PREMISE_FAILS)
 ALL_VERDICTS = (*VERDICTS, NOT_ESTABLISHED)
 
@@ -113,6 +114,11 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
     _C("A1", "attention-sinks", 6, "Trained Transformers park much of their attention mass on a few content-free tokens (attention sinks): since softmax weights cannot be zero, a head with nothing to attend to attends to a sink, whose small value vector makes that mass a near no-op.", HOLDS),
     _C("A2", "anisotropy", 6, r"L4's isotropic premise fails for trained representations: token vectors share common directions, so tokens of different sentences have a mean cosine well above 0 and $\mathrm{E}[\cos^2]$ far above $1/d$.", HOLDS),
     _C("A3", "semantic-cosine", 6, "Semantically closer tokens have a higher cosine: tokens of two sentences with one meaning are closer than tokens of unrelated sentences, also once the common direction every token shares (A2) is removed.", HOLDS),
+    # 6c · QK-norm in a trained model (Gemma 3 270M): claims G1–G4 (notebooks/06c-qk-norm-model)
+    _C("G1", "qk-norm-selectability", 6, r"With RMSNorm on the keys after their projection (QK-norm) every key lies on the surface of one ellipsoid, so no key is unselectable: C9's remedy, in a real model (Gemma 3).", CONDITIONS),
+    _C("G2", "fused-view-under-norm", 6, r"With RMSNorm (gains $g_q$, $g_k$) between projection and product a score is $x_q W_Q \operatorname{diag}(g_q \circ g_k) W_K^\top x_k^\top$ (with rotary positions, $W_Q D_q R_t D_k W_K^\top$) divided by the two projected RMS norms: a fused matrix of rank at most $d_k$ still carries the pattern, the per-token norms carry the scale.", HOLDS),
+    _C("G3", "bounded-logits", 6, r"QK-norm bounds every logit by a number fixed by the gains and the query scale, whatever the input; dot-product logits have no such bound.", HOLDS),
+    _C("G4", "sliding-window-reach", 6, r"Five of every six Gemma 3 blocks attend only within 512 tokens (a sliding window); the sixth sees the whole prefix.", HOLDS),
     # 7 · Depth
     _C("D1", "rank-collapse", 7, "A stack of self-attention layers drives the tokens to one shared vector (rank collapse), doubly exponentially in depth, with or without skip connections.", CONDITIONS),
     _C("D2", "pre-ln-identity-path", 7, r"The pre-LN block $x + F(\mathrm{LN}(x))$ is the pre-activation ResNet: at initialisation its last layer's gradient shrinks like $1/\sqrt{L}$ with depth $L$ (post-LN's does not depend on $L$ and is larger), and post-LN's per-layer gradients grow toward the output while pre-LN's do not.", HOLDS),
@@ -125,10 +131,10 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
     _C("E1", "activation-after-projections", 8, r"A nonlinearity $\sigma$ after the $Q$, $K$, $V$ projections (on $q$, $k$ and $v$) makes training better.", FAILS),
     _C("E2", "activation-after-residual", 8, "A ReLU after Add & Norm (or inside the branch), as in ResNets, makes a post-LN Transformer train better.", NOT_ESTABLISHED),
     _C("E3", "attention-vs-mlp", 8, "Attention brings context and keeps its accuracy at longer inputs; a flattened MLP trained to a plateau cannot match it.", FAILS),
-    _C("E4", "cosine-vs-dot", 8, "Cosine scores train as well as scaled dot products.", CONDITIONS),
+    _C("E4", "cosine-vs-dot", 8, "Cosine scores train as well as scaled dot products.", NOT_ESTABLISHED),
     _C("E5", "fused-vs-factored", 8, r"One full $d \times d$ matrix per head trains better than the factors $W_Q$, $W_K$ at equal score parameters.", NOT_ESTABLISHED),
     _C("E6", "logit-growth", 8, "At a high learning rate dot-product attention logits grow and the attention entropy collapses, while QK-norm keeps them bounded.", HOLDS),
-    _C("E7", "heads-vs-width", 8, r"$h$ heads of width $d/h$ train better than one head of width $d$ at equal parameters on a task that reads two positions at once.", HOLDS),
+    _C("E7", "heads-vs-width", 8, r"$h$ heads of width $d/h$ train better than one head of width $d$ at equal parameters on a task that reads two positions at once.", CONDITIONS),
     # 9 · Attention without the n × m matrix
     _C("F1", "online-softmax", 9, r"Attention can be computed block by block with the online softmax (a running maximum, a running sum and a rescaled accumulator) without ever forming the $n \times m$ matrix: exactly $\mathrm{softmax}(QK^\top/\sqrt{d_k})V$ in real arithmetic, within a derived round-off bound in floating point, in memory $O(n \cdot \text{block})$ instead of $O(nm)$.", HOLDS),
 ]}
@@ -147,6 +153,8 @@ MODELS = {m.name: m for m in [
           "a post-LN encoder, fine-tuned contrastively (sentence-transformers)"),
     Model("SmolLM2-135M-Instruct", "smollm", "SmolLM2 decoder",
           "a pre-norm, causal, rotary decoder with grouped-query attention (4-bit GGUF)"),
+    Model("Gemma-3-270M", "gemma", "Gemma 3 decoder",
+          "a decoder with QK-norm, sandwich norms, sliding-window attention in 5 of 6 blocks and one key/value head (4-bit GGUF)"),
 ]}
 
 #: The verdict each recheck on a trained model is expected to give: {(claim ID, model): verdict}.
@@ -171,6 +179,8 @@ RECHECKS: dict[tuple[str, str], str] = {
     ("A3", "SmolLM2-135M-Instruct"): HOLDS,
     ("L4", "SmolLM2-135M-Instruct"): PREMISE_FAILS,
     ("C9", "SmolLM2-135M-Instruct"): HOLDS,
+    ("C3", "Gemma-3-270M"): PREMISE_FAILS,
+    ("A1", "Gemma-3-270M"): HOLDS,
 }
 
 
