@@ -221,3 +221,101 @@ def test_every_table_fits_its_column_on_a_phone(facts, path, width) -> None:
     assert not wide, f"{path} at {width} px: {len(wide)} of {len(tables)} tables reach past their column: {wide[:3]}"
     evidence = [t for t in tables if "evidence-table" in t["cls"]]
     assert all(t["labelled"] for t in evidence), "an evidence table's cells carry no column names"
+
+
+# ------------------------------------------------------------------------------------------
+# Figures a reader can move (book/_ext/static/interactive.js, placed after the verdict boxes)
+# ------------------------------------------------------------------------------------------
+
+#: Each interactive figure: its page and three settings of its controls.
+MOVABLE = {
+    "C5": ("notebooks/04-cosine-vs-dot.html", [{"beta": 1, "n": 64}, {"beta": 3, "n": 1000}, {"beta": 0.5, "n": 2}]),
+    "C2": ("notebooks/04-cosine-vs-dot.html", [{"r": 1}, {"r": 5}, {"r": 20}]),
+    "C3": ("notebooks/04-cosine-vs-dot.html", [{"dk": 1}, {"dk": 64}, {"dk": 512}]),
+    "L4": ("notebooks/02-linear-layers.html", [{"d": 2}, {"d": 100}, {"d": 4096}]),
+    "H4": ("notebooks/05-multi-head.html", [{"n": 1, "m": 4096, "d": 256, "dk": 32},
+                                            {"n": 512, "m": 512, "d": 512, "dk": 64},
+                                            {"n": 100, "m": 2000, "d": 1024, "dk": 512}]),
+}
+
+MOVE = """([figure, setting]) => {
+  const box = document.querySelector(`.interactive-figure[data-figure="${figure}"]`);
+  if (!box) return null;
+  const curves = () => Array.from(box.querySelectorAll("path.curve")).map(p => p.getAttribute("d")).join("|");
+  const before = curves();
+  for (const [name, value] of Object.entries(setting)) {
+    const input = box.querySelector(`input[name="${name}"]`);
+    input.value = input.step === "any" ? Math.log10(value) : value;
+    input.dispatchEvent(new Event("input"));
+  }
+  const marker = box.querySelector("circle.marker");
+  return {hidden: box.hidden, value: Number(box.dataset.value), text: box.querySelector(".interactive-value").textContent,
+          before, after: curves(), marker: marker && [marker.getAttribute("cx"), marker.getAttribute("cy")],
+          width: box.getBoundingClientRect().width};
+}"""
+
+
+def expected_value(figure: str, s: dict) -> float:
+    """What the chapter's formula gives, computed here with numpy and attnref (not the page's JS)."""
+    import numpy as np
+    from attnref import counts
+    if figure == "C5":        # cosine scores times beta: the largest weight's cap e^(2b)/(e^(2b) + n - 1)
+        return float(np.exp(2 * s["beta"]) / (np.exp(2 * s["beta"]) + s["n"] - 1))
+    if figure == "C2":        # softmax of |q| cos_j: the weight of the best key
+        z = s["r"] * np.array([0.9, 0.6, 0.3, 0.0, -0.5])
+        return float(np.exp(z - z.max())[0] / np.exp(z - z.max()).sum())
+    if figure == "C3":        # Var[q . k] of independent unit-variance components
+        return float(s["dk"])
+    if figure == "L4":        # E[cos^2] of two isotropic directions
+        return 1.0 / s["d"]
+    n, m, d, dk = s["n"], s["m"], s["d"], s["dk"]
+    fused = counts.score_multiply_adds(n, d, dk, m, fused=True)
+    best = min(counts.score_multiply_adds(n, d, dk, m), counts.score_multiply_adds(n, d, dk, m, absorbed=True))
+    return float(fused - best)
+
+
+async def _move(site: Path) -> dict:
+    found: dict = {}
+    with site_build.serve(site) as (base, _):
+        async with playwright_api.async_playwright() as playwright:
+            browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                                       args=[*CHROMIUM_ARGS, f"--proxy-server={base.rstrip('/')}"])
+            page = await browser.new_page(viewport={"width": 390, "height": 900})
+            page.set_default_timeout(120_000)
+            weight: dict = {}
+            page.on("response", lambda r: r.url.endswith("interactive.js") and weight.setdefault("js", r.url))
+            for figure, (path, settings) in MOVABLE.items():
+                await page.goto(base + path, wait_until="load")
+                found[figure] = [await page.evaluate(MOVE, [figure, s]) for s in settings]
+                if figure in ("C5", "H4"):
+                    box = page.locator(f'.interactive-figure[data-figure="{figure}"]')
+                    await box.scroll_into_view_if_needed()
+                    await box.screenshot(path=str(_shots() / f"interactive-{figure}-390.png"))
+            await browser.close()
+    found["js_bytes"] = (ROOT / "book" / "_ext" / "static" / "interactive.js").stat().st_size
+    return found
+
+
+@pytest.fixture(scope="module")
+def moved(site: Path) -> dict:
+    import asyncio
+    return asyncio.run(_move(site))
+
+
+@pytest.mark.parametrize("figure", list(MOVABLE))
+def test_a_figure_the_reader_moves_shows_the_chapters_values(moved, figure) -> None:
+    """Moving a control redraws the plot, and at three settings the value shown equals what the
+    chapter's formula gives in Python (attnref's counts for H4)."""
+    results = moved[figure]
+    assert all(r is not None for r in results), f"no interactive figure {figure} on its page"
+    for setting, r in zip(MOVABLE[figure][1], results):
+        assert not r["hidden"] and r["width"] <= 390, r
+        expected = expected_value(figure, setting)
+        assert r["value"] == pytest.approx(expected, rel=1e-9), (setting, r["value"], expected, r["text"])
+    assert any(r["before"] != r["after"] for r in results) or len({r["marker"] and tuple(r["marker"]) for r in results}) == 3, \
+        "moving the controls changed neither a curve nor the marker"
+    assert len({tuple(r["marker"]) for r in results}) == 3, "the marker did not move with the controls"
+
+
+def test_the_movable_figures_add_little_weight(moved) -> None:
+    assert moved["js_bytes"] <= 300_000

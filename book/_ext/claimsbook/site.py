@@ -96,6 +96,15 @@ def _phone_label_role(name, rawtext, text, lineno, inliner, options=None, conten
     return [nodes.inline(rawtext, text, classes=["phone-label"])], []
 
 
+def _media_role(css_class: str):
+    """``{screen-only}`…``` / ``{print-only}`…```: a phrase for the screen or for the printed page
+    (where the folds are not printed)."""
+    def role(name, rawtext, text, lineno, inliner, options=None, content=None):
+        from docutils import nodes
+        return [nodes.inline(rawtext, text, classes=[css_class])], []
+    return role
+
+
 def always_reread(app, env, added, changed, removed) -> list[str]:
     """Pages with generated content are re-read on every build (verdicts live in notebooks)."""
     generated = []
@@ -150,7 +159,10 @@ def setup(app) -> dict:
     app.add_css_file("verdict.css")
     app.add_directive("verdict", _verdict_directive())
     app.add_role("phone-label", _phone_label_role)
+    app.add_role("screen-only", _media_role("screen-only"))
+    app.add_role("print-only", _media_role("print-only"))
     app.add_js_file("claims.js")
+    app.add_js_file("interactive.js", loading_method="defer")   # the figures a reader can move
     app.connect("source-read", source_read)
     app.connect("builder-inited", check_verdicts)
     app.connect("env-get-outdated", always_reread)

@@ -23,6 +23,10 @@ def with_equation_numbers(text: str, labels) -> str:
     return EQUATION_LABEL.sub(lambda m: f"{{eq}}`{m['label']}`" if m["label"] in labels else m[0], text)
 
 
+#: The claims with a figure a reader can move (book/_ext/static/interactive.js draws them).
+INTERACTIVE = ("C2", "C3", "C5", "L4", "H4")
+
+
 def checks_summary(checks) -> str:
     """``13/13 checks ✓`` (or ``12/13 checks ✓ · 1 ✗``): the fold's title over the evidence table."""
     passed = sum(bool(c.get("passed")) for c in checks)
@@ -118,6 +122,11 @@ def _verdict_directive():
             box = nodes.container(classes=["verdict-box", f"verdict-{css.get(v.verdict, 'open')}"])
             lines = render_verdict_box(v, _math_labels_of_book(path)).splitlines()
             self.state.nested_parse(StringList(lines, source=str(path)), self.content_offset, box)
+            if model is None and claim_id in INTERACTIVE:
+                # a figure the reader can move (static/interactive.js), after the verdict; empty and
+                # hidden without JavaScript and on paper, where the notebook's static figure stands
+                html = (f'<div class="interactive-figure" data-figure="{claim_id}" hidden></div>')
+                return [box, nodes.raw("", html, format="html")]
             return [box]
 
     return VerdictDirective

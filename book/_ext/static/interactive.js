@@ -1,0 +1,214 @@
+// Figures a reader can move (book/_ext/claimsbook/interactive.py puts a <div class="interactive-figure"
+// data-figure="C5"> after the verdict box of each claim named in FIGURES below). Plain JavaScript and
+// SVG, no library, no network: each figure computes its curve in the page from the formula its
+// chapter derives. The static figure stays for the PDF and for readers without JavaScript (the
+// div is empty and hidden until this script fills it; print.css hides it).
+// tests/test_interactive.py moves each control in Chromium and compares the shown value
+// (data-value) with Python's.
+(function () {
+  "use strict";
+  var W = 460, H = 250, PAD = {l: 72, r: 14, t: 12, b: 40};
+
+  function logspace(a, b, k) {
+    var out = [];
+    for (var i = 0; i < k; i++) { out.push(Math.pow(10, Math.log10(a) + (Math.log10(b) - Math.log10(a)) * i / (k - 1))); }
+    return out;
+  }
+  function linspace(a, b, k) {
+    var out = [];
+    for (var i = 0; i < k; i++) { out.push(a + (b - a) * i / (k - 1)); }
+    return out;
+  }
+  function fmt(x) {
+    if (x === 0) { return "0"; }
+    var a = Math.abs(x);
+    if (a >= 1e5 || a < 1e-3) { return x.toExponential(3).replace("e+", "e"); }
+    return String(Number(x.toPrecision(4)));
+  }
+  function svgEl(name, attrs) {
+    var el = document.createElementNS("http://www.w3.org/2000/svg", name);
+    Object.keys(attrs || {}).forEach(function (k) { el.setAttribute(k, attrs[k]); });
+    return el;
+  }
+  // A line plot: series [{name, xs, ys, color}], a marker {x, y}; log axes where asked.
+  function plot(svg, spec) {
+    while (svg.firstChild) { svg.removeChild(svg.firstChild); }
+    var xs = [], ys = [];
+    spec.series.forEach(function (s) { xs = xs.concat(s.xs); ys = ys.concat(s.ys); });
+    var tx = spec.logx ? Math.log10 : function (v) { return v; };
+    var ty = spec.logy ? Math.log10 : function (v) { return v; };
+    var x0 = Math.min.apply(null, xs.map(tx)), x1 = Math.max.apply(null, xs.map(tx));
+    var y0 = spec.ymin !== undefined ? ty(spec.ymin) : Math.min.apply(null, ys.map(ty));
+    var y1 = spec.ymax !== undefined ? ty(spec.ymax) : Math.max.apply(null, ys.map(ty));
+    if (y1 - y0 < 1e-12) { y1 = y0 + 1; }
+    var px = function (v) { return PAD.l + (tx(v) - x0) / (x1 - x0) * (W - PAD.l - PAD.r); };
+    var py = function (v) { return H - PAD.b - (ty(v) - y0) / (y1 - y0) * (H - PAD.t - PAD.b); };
+    svg.appendChild(svgEl("rect", {x: PAD.l, y: PAD.t, width: W - PAD.l - PAD.r, height: H - PAD.t - PAD.b,
+      fill: "none", stroke: "#999"}));
+    [0, 0.5, 1].forEach(function (f) {   // three ticks per axis
+      var xv = spec.logx ? Math.pow(10, x0 + f * (x1 - x0)) : x0 + f * (x1 - x0);
+      var yv = spec.logy ? Math.pow(10, y0 + f * (y1 - y0)) : y0 + f * (y1 - y0);
+      var t = svgEl("text", {x: px(xv), y: H - PAD.b + 16, "text-anchor": ["start", "middle", "end"][2 * f], "font-size": 12});
+      t.textContent = fmt(xv); svg.appendChild(t);
+      t = svgEl("text", {x: PAD.l - 4, y: py(yv) + 4, "text-anchor": "end", "font-size": 12});
+      t.textContent = fmt(yv); svg.appendChild(t);
+    });
+    var xl = svgEl("text", {x: (W + PAD.l) / 2, y: H - 4, "text-anchor": "middle", "font-size": 13});
+    xl.textContent = spec.xlabel; svg.appendChild(xl);
+    var yl = svgEl("text", {x: 12, y: (H - PAD.b) / 2, "text-anchor": "middle", "font-size": 13,
+      transform: "rotate(-90 12 " + (H - PAD.b) / 2 + ")"});
+    yl.textContent = spec.ylabel; svg.appendChild(yl);
+    spec.series.forEach(function (s, k) {
+      var d = s.xs.map(function (x, i) { return (i ? "L" : "M") + px(x).toFixed(1) + " " + py(s.ys[i]).toFixed(1); }).join(" ");
+      svg.appendChild(svgEl("path", {d: d, fill: "none", stroke: s.color || ["#0072B2", "#D55E00", "#009E73"][k % 3],
+        "stroke-width": 2, "class": "curve"}));
+      var label = svgEl("text", {x: W - PAD.r - 4, y: PAD.t + 16 + 15 * k, "text-anchor": "end", "font-size": 12,
+        fill: s.color || ["#0072B2", "#D55E00", "#009E73"][k % 3]});
+      label.textContent = s.name || ""; svg.appendChild(label);
+    });
+    if (spec.marker) {
+      svg.appendChild(svgEl("circle", {cx: px(spec.marker.x), cy: py(spec.marker.y), r: 5, fill: "#000", "class": "marker"}));
+    }
+  }
+  function softmax(z) {
+    var m = Math.max.apply(null, z), e = z.map(function (v) { return Math.exp(v - m); });
+    var s = e.reduce(function (a, b) { return a + b; }, 0);
+    return e.map(function (v) { return v / s; });
+  }
+
+  // Each figure: its controls (name, label, min, max, step, value, log: slider over log10) and
+  // draw(values) -> {spec, value, text}: the plot, the number shown (data-value) and its sentence.
+  var FIGURES = {
+    C5: {
+      title: "C5 · the cap on cosine attention's largest weight",
+      controls: [{name: "beta", label: "scale β", min: 0.5, max: 8, step: 0.5, value: 1},
+                 {name: "n", label: "keys n", min: 1, max: 4096, step: 1, value: 64, log: true}],
+      draw: function (v) {
+        var cap = function (n) { return Math.exp(2 * v.beta) / (Math.exp(2 * v.beta) + n - 1); };
+        var ns = logspace(2, 4096, 60);
+        return {spec: {series: [{name: "cap e^(2β)/(e^(2β)+n−1)", xs: ns, ys: ns.map(cap)}], logx: true, ymin: 0, ymax: 1,
+                       xlabel: "number of keys n", ylabel: "largest weight", marker: {x: Math.max(v.n, 2), y: cap(Math.max(v.n, 2))}},
+                value: cap(v.n), text: "With cosine scores times β = " + fmt(v.beta) + " and n = " + v.n +
+                  " keys, no weight exceeds " + fmt(cap(v.n)) + "."};
+      }
+    },
+    C2: {
+      title: "C2 · the query's norm acts as a temperature",
+      controls: [{name: "r", label: "query norm ‖q‖", min: 0.1, max: 30, step: 0.1, value: 1, log: true}],
+      cosines: [0.9, 0.6, 0.3, 0, -0.5],
+      draw: function (v) {
+        var cos = FIGURES.C2.cosines, top = function (r) { return softmax(cos.map(function (c) { return r * c; }))[0]; };
+        var rs = logspace(0.1, 30, 60);
+        return {spec: {series: [{name: "largest weight", xs: rs, ys: rs.map(top)}], logx: true, ymin: 0, ymax: 1,
+                       xlabel: "query norm ‖q‖ (key cosines 0.9, 0.6, 0.3, 0, −0.5)", ylabel: "weight of the best key",
+                       marker: {x: v.r, y: top(v.r)}},
+                value: top(v.r), text: "Scores ‖q‖·cos: at ‖q‖ = " + fmt(v.r) + " the best key gets " + fmt(top(v.r)) +
+                  " of the attention; the cosines are the same at every norm."};
+      }
+    },
+    L4: {
+      title: "L4 · random directions are nearly orthogonal: E[cos²] = 1/d",
+      controls: [{name: "d", label: "dimension d", min: 2, max: 4096, step: 1, value: 64, log: true}],
+      draw: function (v) {
+        var ds = logspace(2, 4096, 60);
+        return {spec: {series: [{name: "E[cos²] = 1/d", xs: ds, ys: ds.map(function (d) { return 1 / d; })}], logx: true, logy: true,
+                       xlabel: "dimension d", ylabel: "mean squared cosine", marker: {x: v.d, y: 1 / v.d}},
+                value: 1 / v.d, text: "In d = " + v.d + " dimensions two independent isotropic vectors have E[cos²] = " +
+                  fmt(1 / v.d) + " (a typical |cos| near " + fmt(Math.sqrt(1 / v.d)) + ")."};
+      }
+    },
+    C3: {
+      title: "C3 · the variance of q·k grows like d_k; 1/√d_k brings it back to 1",
+      controls: [{name: "dk", label: "head width d_k", min: 1, max: 1024, step: 1, value: 64, log: true}],
+      draw: function (v) {
+        var ds = logspace(1, 1024, 40);
+        return {spec: {series: [{name: "Var[q·k] = d_k", xs: ds, ys: ds},
+                                {name: "Var[q·k/√d_k] = 1", xs: ds, ys: ds.map(function () { return 1; })}],
+                       logx: true, logy: true, xlabel: "head width d_k", ylabel: "variance of the score",
+                       marker: {x: v.dk, y: v.dk}},
+                value: v.dk, text: "Independent zero-mean unit-variance components: Var[q·k] = " + v.dk +
+                  ", standard deviation " + fmt(Math.sqrt(v.dk)) + "; divided by √d_k the variance is 1."};
+      }
+    },
+    H4: {
+      title: "H4 · multiply–adds of one head's scores, three orders",
+      controls: [{name: "n", label: "queries n", min: 1, max: 8192, step: 1, value: 1, log: true},
+                 {name: "m", label: "keys m", min: 1, max: 65536, step: 1, value: 4096, log: true},
+                 {name: "d", label: "width d", min: 16, max: 8192, step: 16, value: 256, log: true},
+                 {name: "dk", label: "head width d_k", min: 1, max: 1024, step: 1, value: 32, log: true}],
+      counts: function (n, m, d, dk) {   // attnref.counts.score_multiply_adds, the three orders
+        return {factored: n * d * dk + m * d * dk + n * m * dk, absorbed: 2 * n * d * dk + n * m * d, fused: n * d * d + n * m * d};
+      },
+      draw: function (v) {
+        var ms = logspace(1, 65536, 50), c = FIGURES.H4.counts;
+        var now = c(v.n, v.m, v.d, v.dk);
+        return {spec: {series: [
+                  {name: "factored", xs: ms, ys: ms.map(function (m) { return c(v.n, m, v.d, v.dk).factored; })},
+                  {name: "absorbed", xs: ms, ys: ms.map(function (m) { return c(v.n, m, v.d, v.dk).absorbed; })},
+                  {name: "fused d×d", xs: ms, ys: ms.map(function (m) { return c(v.n, m, v.d, v.dk).fused; })}],
+                  logx: true, logy: true, xlabel: "keys m", ylabel: "multiply–adds", marker: {x: v.m, y: now.fused}},
+                value: now.fused - Math.min(now.factored, now.absorbed),
+                text: "n = " + v.n + ", m = " + v.m + ", d = " + v.d + ", d_k = " + v.dk + ": factored " + fmt(now.factored) +
+                  ", absorbed " + fmt(now.absorbed) + ", fused " + fmt(now.fused) + " — the fused matrix costs " +
+                  fmt(now.fused - Math.min(now.factored, now.absorbed)) + " more than the cheaper order of the factors."};
+      }
+    }
+  };
+
+  function build(box) {
+    var fig = FIGURES[box.dataset.figure];
+    if (!fig) { return; }
+    var values = {};
+    var title = document.createElement("p");
+    title.className = "interactive-title";
+    title.textContent = fig.title + " (move the controls)";
+    box.appendChild(title);
+    var controls = document.createElement("div");
+    controls.className = "interactive-controls";
+    box.appendChild(controls);
+    var svg = svgEl("svg", {viewBox: "0 0 " + W + " " + H, role: "img"});
+    box.appendChild(svg);
+    var out = document.createElement("p");
+    out.className = "interactive-value";
+    out.setAttribute("aria-live", "polite");
+    box.appendChild(out);
+    function redraw() {
+      var r = fig.draw(values);
+      plot(svg, r.spec);
+      svg.setAttribute("aria-label", r.text);
+      out.textContent = r.text;
+      box.dataset.value = String(r.value);
+    }
+    fig.controls.forEach(function (c) {
+      var label = document.createElement("label");
+      var input = document.createElement("input");
+      input.type = "range";
+      input.name = c.name;
+      var shown = document.createElement("output");
+      if (c.log) {   // the slider moves log10 of the value; the value is rounded to its step
+        input.min = Math.log10(c.min); input.max = Math.log10(c.max); input.step = "any";
+        input.value = Math.log10(c.value);
+      } else {
+        input.min = c.min; input.max = c.max; input.step = c.step; input.value = c.value;
+      }
+      var read = function () {
+        var x = c.log ? Math.pow(10, Number(input.value)) : Number(input.value);
+        x = Math.round(x / c.step) * c.step;
+        values[c.name] = Math.min(c.max, Math.max(c.min, Number(x.toFixed(6))));
+        shown.textContent = fmt(values[c.name]);
+      };
+      input.addEventListener("input", function () { read(); redraw(); });
+      read();
+      label.appendChild(document.createTextNode(c.label + " "));
+      label.appendChild(input);
+      label.appendChild(shown);
+      controls.appendChild(label);
+    });
+    redraw();
+    box.hidden = false;
+  }
+  function start() {
+    document.querySelectorAll(".interactive-figure[data-figure]").forEach(build);
+  }
+  if (document.readyState === "loading") { document.addEventListener("DOMContentLoaded", start); } else { start(); }
+})();
