@@ -124,6 +124,9 @@ def configure(app: Sphinx, config) -> None:
     if not has_repository:
         options.pop("repository_url", None)
     options["launch_buttons"] = {}        # see the module docstring: the bundle instead
+    # the measured numbers a reader plans by (book/_data/numbers.yml), as the bundle's README says them
+    import reader_numbers
+    config.myst_substitutions = {**(getattr(config, "myst_substitutions", None) or {}), **reader_numbers.phrases()}
 
 
 def keywords(questions: list[str]) -> list[str]:
@@ -216,6 +219,19 @@ def copy_downloads(app: Sphinx, exception: Exception | None) -> None:
             shutil.copy2(DOWNLOADS / name, target / name)
 
 
+def plain_folded_code(app: Sphinx, doctree: nodes.document, docname: str) -> None:
+    """Folded code (cells tagged ``hide-input``) is not syntax-highlighted: Pygments wraps every token
+    in a ``<span>``, which made most of a chapter's HTML (chapter 4: 746 kB) for code a reader sees
+    only by unfolding it. The text is unchanged; it shows in the fold without colours."""
+    for cell in doctree.findall(nodes.container):
+        if "tag_hide-input" not in cell.get("classes", []):
+            continue
+        for source in cell.findall(nodes.container):
+            if "cell_input" in source.get("classes", []):
+                for block in source.findall(nodes.literal_block):
+                    block["language"] = "none"
+
+
 def setup(app: Sphinx) -> dict:
     # MathJax (and every other asset) on every page: the sidebar shows chapter titles with math
     # ($\sqrt{d_k}$) on pages that hold no formula themselves, where Sphinx would leave MathJax out.
@@ -229,5 +245,6 @@ def setup(app: Sphinx) -> dict:
     app.connect("env-get-outdated", reread_downloads)
     app.connect("build-finished", copy_downloads)
     app.connect("doctree-read", add_keywords)
+    app.connect("doctree-resolved", plain_folded_code)
     app.connect("html-page-context", plain_title, priority=900)   # after sphinx-book-theme's pagetitle
     return {"parallel_read_safe": True, "parallel_write_safe": True}
