@@ -292,9 +292,11 @@ def parity_tolerances(model: gemma3.Gemma3, layer: int, hidden_scale: float) -> 
 def test_gemma3_from_attnref_equals_transformers(oracle):
     tokenizer, reference = oracle
     model = gemma3.load()
+    cached = gemma3.load_tokenizer()          # the cache folder's copy must tokenize as the GGUF's
     worst = 0.0
     for prompt in PROMPTS:
         ids = tokenizer(prompt, return_tensors="pt").input_ids
+        assert cached(prompt).input_ids == ids[0].tolist(), "the cached tokenizer differs from the GGUF's"
         with torch.no_grad():
             theirs = reference(ids, output_hidden_states=True, output_attentions=True)
             ours = gemma3.forward(model, ids[0])
@@ -314,3 +316,85 @@ def test_gemma3_from_attnref_equals_transformers(oracle):
     with torch.no_grad():
         assert tokenizer.decode(gemma3.forward(model, ids).logits[-1].argmax()) == " Rome"
     assert worst < 0.5, f"worst error / tolerance = {worst:.3f}"
+
+
+# --- the stored measurements of chapter 6c (data/gemma3-measurements.*) ---------------------------
+
+@pytest.fixture(scope="module")
+def stored():
+    from attnref.analysis import qknorm_model as qm
+    try:
+        return qm.load()
+    except qm.StaleMeasurements as error:
+        pytest.fail(str(error))
+
+
+@pytest.fixture(scope="module")
+def drift_model(stored):
+    """The model with only the embedding rows of the two drift sentences and of the first tokens of
+    the long text dequantized (about 20 s instead of 40 s for the whole 262144-row embedding)."""
+    arrays, record = stored
+    rows = set(arrays["token_ids"][:int(arrays["sentence_lengths"][:2].sum())].tolist())
+    rows |= set(arrays["long_text_ids"][:record["hull_text_tokens"]].tolist())
+    try:
+        return gemma3.load(rows=sorted(rows))
+    except FileNotFoundError as error:
+        pytest.skip(str(error))
+
+
+def test_the_model_file_is_the_one_measured(stored):
+    _, record = stored
+    try:
+        path = gemma3.model_path()
+    except FileNotFoundError as error:
+        pytest.skip(str(error))
+    assert gemma3._sha256(path) == record["model_sha256"], "the model file differs from the one measured: run `make measure-gemma`"
+
+
+def test_two_sentences_and_the_hull_text_measure_as_stored(stored, drift_model):
+    """Re-measured with the current code (float32, one thread), the stored values of two sentences
+    and G1's arrays on the 160-token text lie within the float32 error this machine makes on them
+    (against a float64 run) times a factor for another machine's kernels; the weight-only bounds
+    of G3 are recomputed exactly (1e-12)."""
+    from attnref.analysis import qknorm_model as qm
+    from attnref.book import provenance
+    arrays, record = stored
+    lengths = arrays["sentence_lengths"].tolist()
+    ids = [arrays["token_ids"][:lengths[0]], arrays["token_ids"][lengths[0]:lengths[0] + lengths[1]]]
+    torch.set_num_threads(1)
+    exact_model = drift_model.to(torch.float64)
+    again = qm.measure_sentences(drift_model, [i.tolist() for i in ids])
+    exact = qm.measure_sentences(exact_model, [i.tolist() for i in ids])
+    for name, values in again.items():
+        distance, allowed = provenance.float32_drift(arrays[name][:2], values, exact[name])
+        assert distance <= allowed, f"{name}: {distance:.2g} from float64 > {allowed:.2g}: run `make measure-gemma`"
+    hull_ids = arrays["long_text_ids"][:record["hull_text_tokens"]]
+    again = qm.selectability(drift_model, hull_ids)
+    exact = qm.selectability(exact_model, hull_ids)
+    for name in ("witness_gap", "eps_shrink"):
+        distance, allowed = provenance.float32_drift(arrays[name], again[name], exact[name])
+        assert distance <= allowed, f"{name}: {distance:.2g} from float64 > {allowed:.2g}: run `make measure-gemma`"
+    for name in ("distinct", "zero_gains"):
+        assert torch.equal(again[name], arrays[name]), name
+    bounds = qm.logit_bounds(drift_model)
+    for name, values in bounds.items():
+        assert torch.allclose(values, arrays[name], rtol=1e-12, atol=0), name
+
+
+def test_missing_or_stale_gemma_data_names_make_measure_gemma(tmp_path):
+    import shutil
+
+    from attnref.analysis import qknorm_model as qm
+    root = qm.ROOT
+    with pytest.raises(qm.StaleMeasurements, match=r"missing: run `make measure-gemma`"):
+        qm.load(tmp_path)
+    for name in qm.SOURCES:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(root / name, tmp_path / name)
+    (tmp_path / qm.DATA).parent.mkdir(parents=True)
+    for suffix in (".npz", ".json"):
+        shutil.copy((root / qm.DATA).with_suffix(suffix), (tmp_path / qm.DATA).with_suffix(suffix))
+    qm.load(tmp_path, sources=tmp_path)
+    (tmp_path / qm.SOURCES[0]).write_text((root / qm.SOURCES[0]).read_text() + "\n# changed\n")
+    with pytest.raises(qm.StaleMeasurements, match=r"measured with other code .* run `make measure-gemma`"):
+        qm.load(tmp_path, sources=tmp_path)
