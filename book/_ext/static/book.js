@@ -15,7 +15,9 @@
 //   page, TeX included, and may start mid-word).
 (function () {
   "use strict";
-  var MIN_SCALE = 0.78;
+  // A phone's column is narrow: a display may shrink further there (to 68 %: about the size of
+  // the running text's small print) before it scrolls inside itself with a shadow as its cue.
+  var MIN_SCALE = 0.78, MIN_SCALE_PHONE = 0.68;
   // Tables on a phone (claims.css): every cell gets its column's name (data-label), and a table
   // wider than its column is stacked into one card per row (class stacked; the generated claims and
   // evidence tables always stack below 600 px, by CSS alone).
@@ -60,7 +62,8 @@
       var need = math.getBoundingClientRect().width, have = box.clientWidth;
       if (need > have && have > 0) {
         var scale = (have - 2) / need;
-        if (scale >= MIN_SCALE) { box.style.fontSize = (100 * scale).toFixed(1) + "%"; }
+        var floor = window.matchMedia && window.matchMedia(PHONE).matches ? MIN_SCALE_PHONE : MIN_SCALE;
+        if (scale >= floor) { box.style.fontSize = (100 * scale).toFixed(1) + "%"; }
       }
     }
     cueScrolling();
