@@ -270,6 +270,66 @@ def test_no_page_is_mostly_empty(reader, pages) -> None:
     assert not empty, f"near-empty pages: {empty}"
 
 
+#: The PDF's size limit: 16.5 MB before print.css removed the box shadows (487 of them printed as
+#: grey raster images, 9.4 MB).
+MAX_PDF_BYTES = 8_000_000
+
+
+def test_the_pdf_weighs_at_most_8_mb_and_prints_no_shadow_images(pdf: Path, reader) -> None:
+    size = pdf.stat().st_size
+    assert size <= MAX_PDF_BYTES, f"the PDF weighs {size / 1e6:.1f} MB (at most {MAX_PDF_BYTES / 1e6:.0f} MB)"
+    # a shadow prints as a small grey JPEG; the book's figures are PNGs (a JPEG is a shadow's raster)
+    jpegs = sum(1 for page in reader.pages for image in page.images if image.name.lower().endswith((".jpg", ".jpeg")))
+    assert jpegs == 0, f"{jpegs} JPEG images in the PDF (box shadows rasterised?)"
+
+
+def split_headings(pages: list[dict]) -> list[str]:
+    """Headings printed as the last text of a page (their section starts on the next): runs larger
+    than the page's body text with no body text below them above the footer."""
+    from collections import Counter
+
+    foot = 16 / 25.4 * 72 + 4   # the bottom margin, where the page number is
+    found = []
+    for k, p in enumerate(pages):
+        runs = [r for r in p["runs"] if r[2] > foot]
+        if not runs:
+            continue
+        body = Counter(round(r[3], 1) for r in runs for _ in range(len(r[0]))).most_common(1)[0][0]
+        headings = [r for r in runs if r[3] >= body * 1.2 and "Mono" not in r[4]]
+        if not headings:
+            continue
+        lowest_heading = min(r[2] for r in headings)
+        below = [r for r in runs if r[2] < lowest_heading - 1 and r[3] < body * 1.2]
+        if not below:
+            text = " ".join(r[0] for r in headings if abs(r[2] - lowest_heading) < 30)
+            found.append(f"p. {k + 1}: {text.strip()[:60]!r}")
+    return found
+
+
+def test_no_heading_is_split_from_its_section(pages) -> None:
+    """Three section headings printed at a page's foot with their section on the next page (Q5
+    p. 36/37, C9 p. 146/147, "L4 on real activations" p. 216/217): a heading keeps its next block
+    (print.css, make_pdf's KEEP_WITH_NEXT)."""
+    split = split_headings(pages)
+    assert not split, f"{len(split)} headings at the foot of a page: {split}"
+
+
+def test_split_heading_detector_finds_a_heading_at_the_foot() -> None:
+    """The detector itself: a page whose largest text is its lowest is reported; one with body
+    text under the heading is not."""
+    heading = ("Q5 · The FFN", 50, 80, 20.0, "DejaVuSans-Bold")
+    body = [("body text " * 5, 50, y, 12.0, "DejaVuSans") for y in (700, 680, 660, 640)]
+    assert split_headings([{"runs": body + [heading], "height": 842, "width": 595}])
+    assert not split_headings([{"runs": body + [("Q5 · The FFN", 50, 720, 20.0, "DejaVuSans-Bold")],
+                                "height": 842, "width": 595}])
+
+
+def test_the_printed_claims_index_names_no_fold(text: str) -> None:
+    """The folds are not printed: the printed index sends the reader to each claim's section."""
+    assert "open Why" not in text and "open *Why*" not in text
+    assert "each claim's section (its ID) gives the reason" in text
+
+
 def test_pdf_holds_every_claim_with_its_verdict(text: str) -> None:
     verdicts = stored_verdicts()
     assert verdicts, "no verdict is stored in any notebook"

@@ -131,6 +131,30 @@ FIT_COLUMN = """([minZoom, pageHeight]) => {
           pageWidth: document.documentElement.scrollWidth, column: article.clientWidth};
 }"""
 
+# A heading printed at the foot of a page with its section on the next (three did): each heading
+# and the block after it are wrapped in .keep-with-next (print.css: not broken inside) when the
+# block is at most a third of a page; a taller block may break (FIT_COLUMN), and the heading's
+# break-after: avoid keeps the block's first lines with it. Returns how many pairs were wrapped.
+KEEP_WITH_NEXT = """([pageHeight]) => {
+  const article = document.querySelector('.bd-article');
+  let kept = 0;
+  for (const heading of article.querySelectorAll('h1, h2, h3, h4')) {
+    let next = heading.nextElementSibling;
+    while (next && next.tagName === 'SPAN' && !next.textContent.trim()) next = next.nextElementSibling;
+    if (!next || next.getBoundingClientRect().height > pageHeight / 3) continue;
+    let start = heading;   // an empty anchor before the heading goes with it (DESTINATIONS moves it in)
+    while (start.previousElementSibling && start.previousElementSibling.tagName === 'SPAN'
+           && !start.previousElementSibling.textContent.trim()) start = start.previousElementSibling;
+    const keep = document.createElement('div');
+    keep.className = 'keep-with-next';
+    start.before(keep);
+    let node = start;
+    while (node) { const after = node.nextSibling; keep.appendChild(node); if (node === next) break; node = after; }
+    kept += 1;
+  }
+  return kept;
+}"""
+
 WAIT_FOR_PAGE = """async () => {
   const images = Array.from(document.images);
   for (const img of images) { img.loading = "eager"; }
@@ -154,9 +178,11 @@ DESTINATIONS = """() => {
     const next = span.nextElementSibling;
     if (next && /^H[1-6]$/.test(next.tagName)) { span.textContent = '\\u200b'; next.prepend(span); }
   }
-  for (const heading of article.querySelectorAll('section[id] > h1, section[id] > h2, section[id] > h3')) {
+  for (const heading of article.querySelectorAll('h1, h2, h3')) {
+    const section = heading.closest('section[id]');   // (a heading may sit in a .keep-with-next)
+    if (!section || section.querySelector('h1, h2, h3') !== heading) continue;
     const marker = document.createElement('span');
-    marker.id = 'pdf-heading-' + heading.parentElement.id;
+    marker.id = 'pdf-heading-' + section.id;
     marker.textContent = '\\u200b';   // a zero-width space: an empty inline box may be placed on the page before
     heading.prepend(marker);
   }
@@ -257,6 +283,7 @@ async def print_pages(site: Path, pages: list[str], folder: Path) -> list[dict]:
                 facts = await page.evaluate(WAIT_FOR_PAGE)
                 await page.add_style_tag(content=PRINT_EXTRA)
                 facts.update(await page.evaluate(FIT_COLUMN, [MIN_ZOOM, PAGE_PX]))
+                facts["kept_with_next"] = await page.evaluate(KEEP_WITH_NEXT, [PAGE_PX])
                 facts["ids"] = await page.evaluate(DESTINATIONS)
                 facts.update(path=path, title=await page.title(), pdf=str(folder / f"{number:03d}.pdf"),
                              sections=sections(site, path), base=base)

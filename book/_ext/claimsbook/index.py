@@ -133,8 +133,11 @@ def render_index(book: Book, reasons: dict | None = None) -> str:
     models = book.models()
     lines = [
         escape(_counts(book, registry.CLAIMS)) + " Each row: the claim as people make it, its verdict, "
-        "and its recheck on each trained model; open *Why* for the reason and the deciding check, "
-        "follow the ID to the claim's section and all its evidence.",
+        "and its recheck on each trained model; "
+        # the folds are not printed: the printed index sends the reader to the claim's section
+        "{screen-only}`open Why for the reason and the deciding check, follow the ID to the claim's section "
+        "and all its evidence.`{print-only}`each claim's section (its ID) gives the reason, the deciding "
+        "check and all its evidence.`",
         "",
     ]
     notes = [
