@@ -284,3 +284,12 @@ def test_an_exclusion_may_state_only_its_false_failure_rate():
     e.beyond("64 of 64", 0.5, interval, side="below", false_failure=rate, false_failure_basis=stats.PLUG_IN_BASIS)
     label = claims.kind_label(e.checks[0])
     assert "margin" not in label and "false failure" in label and "not stated" not in label
+
+
+def test_a_nan_standard_error_fails_the_check_without_raising():
+    e = claims.Evidence("C3")
+    nan = stats.Interval(math.nan, math.nan, math.nan, "Hoeffding", 1e-7, 100, math.nan)
+    assert not e.beyond("NaN everywhere", 0.0, nan, side="below")
+    assert e.checks[0].margin_se is None and not e.checks[0].passed
+    with pytest.raises(ValueError, match="se must be"):
+        e.beyond("negative se", 0.0, _interval(0.2, 0.8), side="below", se=-1.0)

@@ -533,8 +533,10 @@ class _Recorder:
         margin_se = None
         if all(e is not None for e in errors):
             errors = [float(_number(e)) for e in errors]
-            if not all(math.isfinite(e) and e >= 0 for e in errors):
-                raise ValueError(f"{name}: se must be finite and ≥ 0, got {errors}")
+            if any(e < 0 for e in errors):
+                raise ValueError(f"{name}: se must be ≥ 0, got {errors}")
+        if all(e is not None for e in errors) and all(math.isfinite(e) for e in errors):
+            # (a NaN standard error, from NaN data: no margin; the check fails on its NaN interval)
             scaled = [m / e if e > 0 else (math.inf if m > 0 else -math.inf) for m, e in zip(margins, errors)]
             if all(math.isfinite(x) or not math.isnan(x) for x in scaled):
                 margin_se = min(scaled)
