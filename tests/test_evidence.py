@@ -177,7 +177,7 @@ def write_claim_notebook(path):
                              new_code_cell(VERDICT_CELL)],
                       metadata={"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}})
     import slowdown    # tools/testenv: the idle budget scaled by the load (a kernel start under load)
-    NotebookClient(nb, timeout=slowdown.limit(120), startup_timeout=slowdown.limit(60),
+    NotebookClient(nb, timeout=round(slowdown.limit(120)), startup_timeout=round(slowdown.limit(60)),
                    kernel_name="python3").execute()
     nbformat.write(nb, path)
     return nb
