@@ -45,6 +45,14 @@ class Claim:
     chapter: int
     statement: str   # the claim as people make it, in the book's words
     expected: str    # the verdict the catalogue expects; the notebook's evidence decides
+    #: the notebook that records the claim when it is not its chapter's first page (chapter 6's
+    #: Gemma 3 claims live in 06c), without suffix; None: the chapter's notebook
+    notebook: str | None = None
+
+    @property
+    def page(self) -> str:
+        """The notebook (without suffix) whose section records this claim's verdict."""
+        return self.notebook or CHAPTERS[self.chapter].notebook
 
     @property
     def label(self) -> str:
@@ -115,10 +123,10 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
     _C("A2", "anisotropy", 6, r"L4's isotropic premise fails for trained representations: token vectors share common directions, so tokens of different sentences have a mean cosine well above 0 and $\mathrm{E}[\cos^2]$ far above $1/d$.", HOLDS),
     _C("A3", "semantic-cosine", 6, "Semantically closer tokens have a higher cosine: tokens of two sentences with one meaning are closer than tokens of unrelated sentences, also once the common direction every token shares (A2) is removed.", HOLDS),
     # 6c · QK-norm in a trained model (Gemma 3 270M): claims G1–G4 (notebooks/06c-qk-norm-model)
-    _C("G1", "qk-norm-selectability", 6, r"With RMSNorm on the keys after their projection (QK-norm) every key lies on the surface of one ellipsoid, so no key is unselectable: C9's remedy, in a real model (Gemma 3).", CONDITIONS),
-    _C("G2", "fused-view-under-norm", 6, r"With RMSNorm (gains $g_q$, $g_k$) between projection and product a score is $x_q W_Q \operatorname{diag}(g_q \circ g_k) W_K^\top x_k^\top$ (with rotary positions, $W_Q D_q R_t D_k W_K^\top$) divided by the two projected RMS norms: a fused matrix of rank at most $d_k$ still carries the pattern, the per-token norms carry the scale.", HOLDS),
-    _C("G3", "bounded-logits", 6, r"QK-norm bounds every logit by a number fixed by the gains and the query scale, whatever the input; dot-product logits have no such bound.", HOLDS),
-    _C("G4", "sliding-window-reach", 6, r"Five of every six Gemma 3 blocks attend only within 512 tokens (a sliding window); the sixth sees the whole prefix.", HOLDS),
+    _C("G1", "qk-norm-selectability", 6, r"With RMSNorm on the keys after their projection (QK-norm) every key lies on the surface of one ellipsoid, so no key is unselectable: C9's remedy, in a real model (Gemma 3).", CONDITIONS, "notebooks/06c-qk-norm-model"),
+    _C("G2", "fused-view-under-norm", 6, r"With RMSNorm (gains $g_q$, $g_k$) between projection and product a score is $x_q W_Q \operatorname{diag}(g_q \circ g_k) W_K^\top x_k^\top$ (with rotary positions, $W_Q D_q R_t D_k W_K^\top$) divided by the two projected RMS norms: a fused matrix of rank at most $d_k$ still carries the pattern, the per-token norms carry the scale.", HOLDS, "notebooks/06c-qk-norm-model"),
+    _C("G3", "bounded-logits", 6, r"QK-norm bounds every logit by a number fixed by the gains and the query scale, whatever the input; dot-product logits have no such bound.", HOLDS, "notebooks/06c-qk-norm-model"),
+    _C("G4", "sliding-window-reach", 6, r"Five of every six Gemma 3 blocks attend only within 512 tokens (a sliding window); the sixth sees the whole prefix.", HOLDS, "notebooks/06c-qk-norm-model"),
     # 7 · Depth
     _C("D1", "rank-collapse", 7, "A stack of self-attention layers drives the tokens to one shared vector (rank collapse), doubly exponentially in depth, with or without skip connections.", CONDITIONS),
     _C("D2", "pre-ln-identity-path", 7, r"The pre-LN block $x + F(\mathrm{LN}(x))$ is the pre-activation ResNet: at initialisation its last layer's gradient shrinks like $1/\sqrt{L}$ with depth $L$ (post-LN's does not depend on $L$ and is larger), and post-LN's per-layer gradients grow toward the output while pre-LN's do not.", HOLDS),

@@ -52,13 +52,13 @@ def _model_cell(book: Book, cid: str, model: str) -> str:
 def _claim_link(book: Book, cid: str):
     """A claim's one recorded verdict (None if it has none or several) and the link of its ID: to
     its verdict's section when placed, else to its chapter once written, else the bare ID."""
-    chapter = registry.CHAPTERS[registry.CLAIMS[cid].chapter]
     records = book.records(cid)
     record = records[0] if len(records) == 1 else None
     if record is not None and _placed(book, record):
         return record, _ref(cid, record.target)
-    if book.scan_of(chapter.notebook) is not None:
-        return record, _doc(cid, chapter.notebook)
+    page = registry.CLAIMS[cid].page
+    if book.scan_of(page) is not None:
+        return record, _doc(cid, page)
     return record, cid
 
 

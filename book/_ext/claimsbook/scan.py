@@ -225,9 +225,9 @@ class Book:
                 out.append(f"{v.where}: {v.id} has no recorded checks or no reason")
             if not v.real_model:
                 chapter = registry.CHAPTERS[claim.chapter]
-                if v.chapter != chapter.number or v.notebook != chapter.notebook:
+                if v.chapter != chapter.number or v.notebook != claim.page:
                     out.append(f"{v.where}: {v.id} is recorded with chapter {v.chapter}, "
-                               f"the registry puts it in {chapter.notebook}.ipynb (chapter {chapter.number})")
+                               f"the registry puts it in {claim.page}.ipynb (chapter {chapter.number})")
             if v.section != v.target:
                 out.append(f"{v.where}: {v.id}'s verdict is not under its section target "
                            f"({v.target})= (the nearest target above it is {v.section!r})")
