@@ -199,7 +199,10 @@ def test_chapter_opens_with_its_verdicts_and_folds_its_evidence(facts, chapter) 
 
 
 def test_every_chapter_ends_with_the_answer_to_its_thread(facts) -> None:
-    last = [c for c in CHAPTERS if c != "notebooks/06-trained-model"]    # chapter 6 ends with 6b
+    # chapter 6 ends with 6c (its answer follows Gemma 3's page); chapter 9 (F1) goes beyond the
+    # seed threads: it answers none
+    last = [c for c in CHAPTERS if c not in ("notebooks/06-trained-model", "notebooks/06b-trained-decoder",
+                                             "notebooks/09-online-softmax")]
     assert all(facts[(c, DESKTOP)]["answer"] for c in last), [c for c in last if not facts[(c, DESKTOP)]["answer"]]
 
 

@@ -6,7 +6,7 @@ The zip holds one folder, ``attention-claims/``, with
 
 * ``notebooks/*.ipynb`` — every chapter, with its stored outputs;
 * ``data/`` — the stored decoder measurements and training results that chapters 6b and 8 read;
-* ``tools/measure_decoder.py``, ``tools/run_experiments.py`` — the scripts that recompute them;
+* ``tools/measure_decoder.py``, ``tools/measure_gemma.py``, ``tools/run_experiments.py`` — the scripts that recompute them;
 * ``attnref-<version>-py3-none-any.whl`` — the reference package as a wheel
   (``pip wheel --no-deps .``, built from this checkout, offline);
 * ``requirements-reader.lock`` (+ ``requirements-reader-nodeps.lock``) — the notebooks' runtime only,
@@ -42,7 +42,7 @@ DEFAULT_OUT = ROOT / "_build" / "downloads" / "attention-claims-bundle.zip"
 FOLDER = "attention-claims"
 EPOCH = (2026, 1, 1, 0, 0, 0)   # every entry's timestamp: the zip depends only on its contents
 LOCKS = ("requirements-reader.lock", "requirements-reader-nodeps.lock")
-TOOLS = ("tools/measure_decoder.py", "tools/run_experiments.py")
+TOOLS = ("tools/measure_decoder.py", "tools/measure_gemma.py", "tools/run_experiments.py")
 EXAMPLE = "02-linear-layers"   # the chapter the README runs as its example (a fast one)
 
 # The chapters that read stored results instead of computing them (the README says so, with the
@@ -51,6 +51,9 @@ STORED = {
     "06b-trained-decoder": (
         "reads `data/smollm2-measurements.npz` and `.json` (the trained decoder run over the text set)",
         "python tools/measure_decoder.py", "{measure_time}"),
+    "06c-qk-norm-model": (
+        "reads `data/gemma3-measurements.npz` and `.json` (Gemma 3 270M run over the text set and a long text)",
+        "python tools/measure_gemma.py", "45 minutes at load 15, not yet timed on an idle machine"),
     "08-training": (
         "reads `data/experiments/e*.json` (the training runs) and `data/experiments/portable/` (the same "
         "runs on torch's portable kernels)",
