@@ -53,7 +53,7 @@ STORED = {
         "python tools/measure_decoder.py", "{measure_time}"),
     "06c-qk-norm-model": (
         "reads `data/gemma3-measurements.npz` and `.json` (Gemma 3 270M run over the text set and a long text)",
-        "python tools/measure_gemma.py", "45 minutes at load 15, not yet timed on an idle machine"),
+        "python tools/measure_gemma.py", "a time not yet measured on an idle machine"),
     "08-training": (
         "reads `data/experiments/e*.json` (the training runs) and `data/experiments/portable/` (the same "
         "runs on torch's portable kernels)",
