@@ -28,14 +28,6 @@ from attnref.audit.families import AuditError, detect
 __all__ = ["AuditError", "audit", "read_texts"]
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def read_texts(path: Path | None) -> list[str]:
     """The texts of ``path`` (one per line, blank lines skipped), or the book's text set."""
     if path is None:
@@ -61,6 +53,7 @@ def audit(path: str | Path, texts: list[str] | None = None, out: str | Path = "a
     import torch
 
     import attnref
+    from attnref.analysis.decoder_measure import file_hash
     from attnref.audit import rechecks, report as report_module
 
     started = time.perf_counter()
@@ -96,7 +89,7 @@ def audit(path: str | Path, texts: list[str] | None = None, out: str | Path = "a
     from attnref.book import claims
     result = {
         "model": {"name": model.name, "family": family.name, "path": path.name,
-                  "sha256": {f.name: _sha256(f) for f in model.files}, **model.details},
+                  "sha256": {f.name: file_hash(f) for f in model.files}, **model.details},
         "texts": {"count": len(texts), "tokens": sum(len(i) for i in ids),
                   "sha256": hashlib.sha256("\n".join(texts).encode()).hexdigest()},
         "rechecks": {cid: {"claim": claims.claim(cid).statement, "verdict": verdict,
