@@ -1,10 +1,12 @@
-// Figures a reader can move (book/_ext/claimsbook/interactive.py puts a <div class="interactive-figure"
-// data-figure="C5"> after the verdict box of each claim named in FIGURES below). Plain JavaScript and
+// Figures a reader can move (book/_ext/claimsbook/verdicts.py puts a <div class="interactive-figure"
+// data-figure="C5"> after the verdict box of each claim in its INTERACTIVE list). Plain JavaScript and
 // SVG, no library, no network: each figure computes its curve in the page from the formula its
-// chapter derives. The static figure stays for the PDF and for readers without JavaScript (the
-// div is empty and hidden until this script fills it; print.css hides it).
-// tests/test_interactive.py moves each control in Chromium and compares the shown value
-// (data-value) with Python's.
+// chapter derives — except a figure of measurements (D1), whose notebook stores its numbers in its
+// own output beside the static figure (attnref/book/interactive.py: the same hidden div holding a
+// <script type="application/json">). The static figure stays for the PDF and for readers without
+// JavaScript (the div is hidden until this script fills it; the print style hides it).
+// tests/test_browser_claims.py moves each control in Chromium and compares the shown value
+// (data-value; D1 also data-values) with Python's, or with the notebook's stored numbers.
 (function () {
   "use strict";
   var W = 460, H = 250, PAD = {l: 72, r: 14, t: 12, b: 40};
@@ -37,7 +39,11 @@
     spec.series.forEach(function (s) { xs = xs.concat(s.xs); ys = ys.concat(s.ys); });
     var tx = spec.logx ? Math.log10 : function (v) { return v; };
     var ty = spec.logy ? Math.log10 : function (v) { return v; };
-    var x0 = Math.min.apply(null, xs.map(tx)), x1 = Math.max.apply(null, xs.map(tx));
+    xs = xs.filter(function (x, i) { return ys[i] !== null; });
+    ys = ys.filter(function (y) { return y !== null; });
+    var x0 = spec.xmin !== undefined ? tx(spec.xmin) : Math.min.apply(null, xs.map(tx));
+    var x1 = spec.xmax !== undefined ? tx(spec.xmax) : Math.max.apply(null, xs.map(tx));
+    if (x1 - x0 < 1e-12) { x1 = x0 + 1; }
     var y0 = spec.ymin !== undefined ? ty(spec.ymin) : Math.min.apply(null, ys.map(ty));
     var y1 = spec.ymax !== undefined ? ty(spec.ymax) : Math.max.apply(null, ys.map(ty));
     if (y1 - y0 < 1e-12) { y1 = y0 + 1; }
@@ -58,17 +64,31 @@
     var yl = svgEl("text", {x: 12, y: (H - PAD.b) / 2, "text-anchor": "middle", "font-size": 13,
       transform: "rotate(-90 12 " + (H - PAD.b) / 2 + ")"});
     yl.textContent = spec.ylabel; svg.appendChild(yl);
+    (spec.hlines || []).forEach(function (h) {   // a reference level, dotted, labelled at its left end
+      svg.appendChild(svgEl("line", {x1: PAD.l, x2: W - PAD.r, y1: py(h.y), y2: py(h.y), stroke: "#666",
+        "stroke-dasharray": "2 3"}));
+      var t = svgEl("text", {x: PAD.l + 4, y: py(h.y) - 4, "font-size": 12, fill: "#666"});
+      t.textContent = h.label; svg.appendChild(t);
+    });
     spec.series.forEach(function (s, k) {
-      var d = s.xs.map(function (x, i) { return (i ? "L" : "M") + px(x).toFixed(1) + " " + py(s.ys[i]).toFixed(1); }).join(" ");
-      svg.appendChild(svgEl("path", {d: d, fill: "none", stroke: s.color || ["#0072B2", "#D55E00", "#009E73"][k % 3],
-        "stroke-width": 2, "class": "curve"}));
+      var pen = "M", d = [];
+      s.xs.forEach(function (x, i) {   // a null value (NaN in the notebook) breaks the line
+        if (s.ys[i] === null) { pen = "M"; return; }
+        d.push(pen + px(x).toFixed(1) + " " + py(s.ys[i]).toFixed(1)); pen = "L";
+      });
+      var attrs = {d: d.join(" "), fill: "none", stroke: s.color || ["#0072B2", "#D55E00", "#009E73"][k % 3],
+        "stroke-width": 2, "class": "curve"};
+      if (s.dash) { attrs["stroke-dasharray"] = s.dash; }
+      svg.appendChild(svgEl("path", attrs));
+      if (spec.legend === false) { return; }   // the figure names its curves below the plot
       var label = svgEl("text", {x: W - PAD.r - 4, y: PAD.t + 16 + 15 * k, "text-anchor": "end", "font-size": 12,
         fill: s.color || ["#0072B2", "#D55E00", "#009E73"][k % 3]});
       label.textContent = s.name || ""; svg.appendChild(label);
     });
-    if (spec.marker) {
-      svg.appendChild(svgEl("circle", {cx: px(spec.marker.x), cy: py(spec.marker.y), r: 5, fill: "#000", "class": "marker"}));
-    }
+    (spec.marker ? [spec.marker] : spec.markers || []).forEach(function (m) {
+      svg.appendChild(svgEl("circle", {cx: px(m.x), cy: py(m.y), r: 5, fill: m.color || "#000", stroke: "#000",
+        "class": "marker"}));
+    });
   }
   function softmax(z) {
     var m = Math.max.apply(null, z), e = z.map(function (v) { return Math.exp(v - m); });
@@ -152,12 +172,87 @@
                   ", absorbed " + fmt(now.absorbed) + ", fused " + fmt(now.fused) + " — the fused matrix costs " +
                   fmt(now.fused - Math.min(now.factored, now.absorbed)) + " more than the cheaper order of the factors."};
       }
+    },
+    D1: {
+      // Measurements, not a formula: the notebook's draws (notebooks/07-depth.ipynb stores, per
+      // variant, the order statistics of log10 r_l over its random stacks at 0, 10, …, 100 %).
+      title: "D1 · the residual r_l against depth in the three regimes",
+      stored: true,
+      controls: [{name: "l", label: "depth l", min: 0, max: 96, step: 1, value: 24},
+                 {name: "q", label: "draw at percentile", min: 0, max: 100, step: 10, value: 50},
+                 {name: "span", label: "layers shown", min: 4, max: 96, step: 1, value: 96},
+                 {name: "none", label: "no skips", type: "checkbox", value: 1, regime: "no skips"},
+                 {name: "plain", label: "plain skips", type: "checkbox", value: 1, regime: "plain skips"},
+                 {name: "kept", label: "kept apart", type: "checkbox", value: 1, regime: "kept apart"}],
+      headline: "attention + skip",
+      bottom: -40,   // the lowest log10 r drawn; the exact recursions leave the plot there
+      // A stored log10 r_l: null is a NaN of the notebook; a stack run directly resolves r only
+      // above 10^resolved (below, the notebook stored its "unresolved" value); the exact
+      // recursions follow r past float64's round-off and range.
+      resolvedY: function (s, y, data) {
+        return y !== null && (s.exact || y > data.resolved);
+      },
+      say: function (s, v, data) {
+        if (v === null) { return "no value (NaN in the notebook)"; }
+        if (!s.exact && v <= data.resolved) { return "r ≤ 1e" + data.resolved + " (unresolved)"; }
+        return "r = " + (v >= -300 ? fmt(Math.pow(10, v)) : "10^(" + fmt(v) + ")");
+      },
+      draw: function (v, data) {
+        var fig = FIGURES.D1, qi = data.percentiles.indexOf(v.q), L = Math.max(v.span, v.l);
+        var on = {}, regimes = [];
+        fig.controls.forEach(function (c) {
+          if (c.regime) { on[c.regime] = Boolean(v[c.name]); regimes.push(c.regime); }
+        });
+        var shown = data.series.filter(function (s) { return on[s.regime]; });
+        var series = [], markers = [], values = {}, parts = [], lowest = 0;
+        shown.forEach(function (s) {
+          var stored = s.log10_r[qi], ys = [], gone = false;
+          stored.slice(0, L + 1).forEach(function (y) {   // gaps where unresolved; off the plot below its bottom
+            if (gone || !fig.resolvedY(s, y, data)) { ys.push(null); return; }
+            if (y < fig.bottom) { gone = true; }
+            ys.push(Math.max(y, fig.bottom));
+            lowest = Math.min(lowest, Math.max(y, fig.bottom));
+          });
+          series.push({name: s.name, color: s.colour, ys: ys, xs: ys.map(function (y, i) { return i; })});
+          if (v.l < stored.length) {
+            var at = stored[v.l];
+            values[s.name] = at;
+            if (fig.resolvedY(s, at, data) && at >= fig.bottom) { markers.push({x: v.l, y: at, color: s.colour}); }
+          }
+        });
+        regimes.forEach(function (regime) {
+          if (!on[regime]) { return; }
+          var said = data.series.filter(function (s) { return s.regime === regime; }).map(function (s) {
+            var n = s.log10_r[qi].length - 1;
+            return s.name + " " + (v.l <= n ? fig.say(s, s.log10_r[qi][v.l], data) : "(run to depth " + n + " only)");
+          });
+          parts.push(regime + ": " + said.join(", "));
+        });
+        if (!shown.length) { parts.push("no regime chosen: tick one above the plot"); }
+        var ymin = Math.max(fig.bottom, Math.floor(lowest) - 1);   // the range follows the curves shown
+        var rank = Math.floor(v.q * (data.draws - 1) / 100) + 1;
+        var which = v.q === 50 ? "the median draw" : v.q === 0 ? "the lowest draw" : v.q === 100 ? "the highest draw" :
+          "the draw at the " + v.q + "th percentile";
+        var head = fig.headline in values ? values[fig.headline] : values[Object.keys(values)[0]];
+        return {spec: {series: series, xmin: 0, xmax: L, ymin: ymin, ymax: 0, legend: false, markers: markers,
+                       hlines: data.resolved > ymin ? [{y: data.resolved, label: "direct runs resolve r > 1e" + data.resolved}] : [],
+                       xlabel: "depth l", ylabel: "log10 r_l"},
+                value: head === undefined || head === null ? "" : head, values: values,
+                text: "Depth " + v.l + ", " + which + " (rank " + rank + " of " + data.draws + " random stacks) — " +
+                  parts.join("; ") + "."};
+      }
     }
   };
 
   function build(box) {
     var fig = FIGURES[box.dataset.figure];
     if (!fig) { return; }
+    var data = null;
+    if (fig.stored) {   // the notebook's numbers, stored in the div (attnref/book/interactive.py)
+      var island = box.querySelector('script[type="application/json"]');
+      if (!island) { return; }
+      try { data = JSON.parse(island.textContent); } catch (e) { return; }
+    }
     var values = {};
     var title = document.createElement("p");
     title.className = "interactive-title";
@@ -173,17 +268,41 @@
     out.setAttribute("aria-live", "polite");
     box.appendChild(out);
     function redraw() {
-      var r = fig.draw(values);
+      var r = fig.draw(values, data);
       plot(svg, r.spec);
       svg.setAttribute("aria-label", r.text);
       out.textContent = r.text;
       box.dataset.value = String(r.value);
+      if (r.values) { box.dataset.values = JSON.stringify(r.values); }
     }
     fig.controls.forEach(function (c) {
       var label = document.createElement("label");
       var input = document.createElement("input");
-      input.type = "range";
       input.name = c.name;
+      if (c.type === "checkbox") {   // a toggle; its label names the curves it shows, in their colours
+        input.type = "checkbox";
+        input.checked = Boolean(c.value);
+        values[c.name] = c.value ? 1 : 0;
+        input.addEventListener("input", function () { values[c.name] = input.checked ? 1 : 0; redraw(); });
+        label.style.display = "block";   // a line of its own: the curves' names wrap on a phone
+        label.appendChild(input);
+        label.appendChild(document.createTextNode(" " + c.label + ":"));
+        (data ? data.series : []).forEach(function (s) {
+          if (s.regime !== c.regime) { return; }
+          var key = document.createElement("span");
+          key.style.whiteSpace = "nowrap";
+          var swatch = document.createElement("span");
+          swatch.style.color = s.colour;
+          swatch.textContent = "\u25a0 ";
+          key.appendChild(swatch);
+          key.appendChild(document.createTextNode(s.name));
+          label.appendChild(document.createTextNode(" "));
+          label.appendChild(key);
+        });
+        controls.appendChild(label);
+        return;
+      }
+      input.type = "range";
       var shown = document.createElement("output");
       if (c.log) {   // the slider moves log10 of the value; the value is rounded to its step
         input.min = Math.log10(c.min); input.max = Math.log10(c.max); input.step = "any";
