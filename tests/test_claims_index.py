@@ -393,3 +393,31 @@ def test_the_build_extension_does_not_import_torch():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+
+def test_the_index_has_a_column_per_trained_model_gemma_included() -> None:
+    """The committed notebooks recheck claims on all three trained models and the index gives each
+    its column: the header names every model, and every recheck of Gemma 3 in the registry shows its
+    own verdict in the row's last cell (Gemma's), linked to its section; a claim Gemma does not
+    recheck has an empty last cell."""
+    assert BOOK.models() == list(claims.MODELS), "a trained model has no recheck in the committed notebooks"
+    text = index.render_index(BOOK)
+    body = text.split("``````{list-table}", 1)[1].split("``````", 1)[0]
+    header = body.split("\n* - ", 2)[1]                            # the first row: the header
+    assert [m.short for m in claims.MODELS.values() if m.short in header] == [m.short for m in claims.MODELS.values()]
+    gemma = claims.MODELS["Gemma-3-270M"]
+    rows = {}
+    for chunk in body.split("\n* - ")[1:]:
+        if chunk.startswith("{ref}`"):
+            rows[chunk.split("`")[1].split(" ")[0]] = chunk.rstrip().split("\n  - ")
+    rechecked = {cid for (cid, model) in claims.RECHECKS if model == gemma.name}
+    assert len(rechecked) >= 2
+    for cid, cells in rows.items():
+        last = cells[-1]
+        if cid in rechecked:
+            verdict = BOOK.rechecks(cid, gemma.name)[0].verdict
+            assert last.startswith(f"{{phone-label}}`{gemma.short}:`") and f"`{verdict}`" in last \
+                and f"<{gemma.slug}-{cid.lower()}>" in last, (cid, last)
+        else:
+            assert gemma.short not in last, (cid, last)
