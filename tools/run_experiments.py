@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import multiprocessing as mp
 import os
 import platform
@@ -427,6 +428,96 @@ def anchor(args) -> int:
     return 0
 
 
+TEXT_AMENDMENT = ROOT / "data" / "experiments" / "text" / "amendment-1.toml"
+_TEXT: dict = {}          # the corpus and settings, loaded once before the workers fork
+
+
+def _text_job(job):
+    from dataclasses import replace
+
+    from attnref.training import text
+
+    name, seed = job
+    run_ = replace(_TEXT["settings"][name], seed=seed)
+    return job, text.train(run_, _TEXT["corpus"], device=DEVICE)
+
+
+def _text_header(plan_file: Path, amendment_file: Path, corpus) -> dict:
+    from attnref.training import text
+
+    return {"plan_sha256": ex.plan_hash(plan_file), "amendment_sha256": ex.plan_hash(amendment_file),
+            "text_code_hash": text.code_hash(), "corpus_sha256": corpus.sha256,
+            "unigram_entropy": text.unigram_entropy(corpus), "vocab": corpus.vocab,
+            "torch_version": torch.__version__, "python_version": platform.python_version(), "device": DEVICE,
+            "machine": provenance.machine(), "load_average_start": os.getloadavg()[0]}
+
+
+def _text_train(jobs: list, desc: str, workers: int) -> dict:
+    """Train (setting, seed) jobs, the deepest first, on up to ``workers`` processes, one progress bar."""
+    cost = lambda job: _TEXT["settings"][job[0]].spec.layers
+    jobs = sorted(jobs, key=cost, reverse=True)
+    bar = tqdm(total=len(jobs), desc=desc, unit="run", file=sys.stderr, mininterval=5.0)
+    pool = _pool(max(1, min(2, workers)))
+    out: dict = {}
+    try:
+        iterator = pool.imap_unordered(_text_job, jobs) if pool else map(_text_job, jobs)
+        for (name, seed), record in iterator:
+            out.setdefault(name, {})[str(seed)] = record
+            bar.update(1)
+    finally:
+        bar.close()
+        if pool:
+            pool.close()
+            pool.join()
+    return out
+
+
+def text_comparisons(args) -> int:
+    """The text comparisons of data/experiments/text/amendment-1.toml: ``--text-pilot`` trains the
+    pilot (dot and relu_qkv on the pilot seeds) and fixes delta by the amendment's rule
+    (text/pilot.json); ``--text`` trains every setting on the comparison seeds (text/comparisons.json)."""
+    from dataclasses import replace
+
+    from attnref.training import results, text
+
+    plan_file, amendment_file = Path(args.text_plan), Path(args.text_amendment)
+    plan, amendment = ex.load_plan(plan_file), ex.load_plan(amendment_file)
+    corpus = text.Corpus.load(plan["corpus"]["validation_plays"])
+    settings = text.text_settings(amendment)
+    if args.steps:   # a smoke test, not the book's data
+        settings = {n: replace(r, steps=args.steps, checkpoints=tuple(c for c in r.checkpoints if c < args.steps))
+                    for n, r in settings.items()}
+    _TEXT.update(corpus=corpus, settings=settings)
+    design = amendment["design"]
+    out_dir = Path(args.text_out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    if args.text_pilot:
+        jobs = [(name, seed) for name in ("dot", "relu_qkv") for seed in design["pilot_seeds"]]
+        runs = _text_train(jobs, "text pilot", args.jobs)
+        diffs = [runs["dot"][str(s)]["val_loss"] - runs["relu_qkv"][str(s)]["val_loss"] for s in design["pilot_seeds"]]
+        sd = statistics.stdev(diffs)
+        detectable = results.detectable_effect(sd, len(design["comparison_seeds"]))
+        delta = max(0.01, math.ceil(detectable / 0.005 - 1e-9) * 0.005)
+        data = {**_text_header(plan_file, amendment_file, corpus), "runs": runs, "paired_differences": diffs,
+                "sd": sd, "detectable_effect": detectable, "delta": delta,
+                "run_seconds": round(time.perf_counter() - start, 1)}
+        target = out_dir / "pilot.json"
+        print(f"text pilot: sd of the paired differences {sd:.4f}, detectable {detectable:.4f} -> delta {delta:.3f}")
+    else:
+        names = list(_TEXT["settings"]) if not args.only else [n for n in _TEXT["settings"] if n in args.only.split(";")]
+        jobs = [(name, seed) for name in names for seed in design["comparison_seeds"]]
+        lo, k = _shard(args.shard)
+        jobs = jobs[lo::k]
+        runs = _text_train(jobs, "text comparisons", args.jobs)
+        data = {**_text_header(plan_file, amendment_file, corpus), "shard": args.shard or "0/1", "runs": runs,
+                "run_seconds": round(time.perf_counter() - start, 1)}
+        target = out_dir / "comparisons.json"
+    target.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"wrote {target} in {data['run_seconds'] / 60:.1f} min (load {os.getloadavg()[0]:.1f})")
+    return 0
+
+
 def main(argv=None) -> int:
     global DEVICE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -446,6 +537,11 @@ def main(argv=None) -> int:
                         help="experiment:group pairs the recheck leaves out (default: E2's depths 4 and 8, budget); '' for none")
     parser.add_argument("--anchor", action="store_true", help="the text anchor run (data/experiments/text/plan.toml)")
     parser.add_argument("--text-plan", default=str(TEXT_PLAN))
+    parser.add_argument("--text-amendment", default=str(TEXT_AMENDMENT))
+    parser.add_argument("--text", action="store_true",
+                        help="the text comparisons of data/experiments/text/amendment-1.toml (writes --out/comparisons.json)")
+    parser.add_argument("--text-out", default=str(TEXT_PLAN.parent), help="where --text and --text-pilot write")
+    parser.add_argument("--text-pilot", action="store_true", help="the text pilot that fixes delta (writes --out/pilot.json)")
     parser.add_argument("--robust", action="store_true",
                         help="the robustness grid of the plan's amendment 2 around the stored choices (writes --out)")
     args = parser.parse_args(argv)
@@ -464,6 +560,8 @@ def main(argv=None) -> int:
         return robust(args)
     if args.anchor:
         return anchor(args)
+    if args.text or args.text_pilot:
+        return text_comparisons(args)
     return run(args)
 
 

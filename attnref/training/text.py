@@ -41,6 +41,7 @@ from attnref.attention import AttentionResult, attention_from_scores, cosine_att
 from attnref.blocks import TrainableLayer, Variant, encoder_layer
 from attnref.layers import EncoderLayer, LayerNormParams, gelu, layer_norm, relu
 from attnref.multihead import head_projections, multi_head_attention_packed
+from attnref.qknorm import qk_norm_attention, qk_rms_norm
 from attnref.training.models import Spec
 
 Tensor = torch.Tensor
@@ -165,6 +166,13 @@ class TextLayer(TrainableLayer):
         if spec.scores in ("fused", "factored"):
             for name in ("attention__w_q", "attention__w_k", "attention__b_q", "attention__b_k"):
                 getattr(self, name).requires_grad_(False)
+        if spec.scores == "qk_norm":
+            # QK-norm as Gemma 3 (attnref.qknorm): RMSNorm of q and k per head, gains 1 + w, w = 0 at the start
+            self.q_norm = torch.nn.Parameter(torch.zeros(d_k, dtype=DTYPE))
+            self.k_norm = torch.nn.Parameter(torch.zeros(d_k, dtype=DTYPE))
+        if spec.scores == "sigmoid":
+            raise ValueError("the text model has no sigmoid scores (scores must be one of dot, cosine, "
+                             "cosine_learned, fused, factored, qk_norm)")
         self.record_scores = False
         self.last_scores: Tensor | None = None
 
@@ -177,6 +185,8 @@ class TextLayer(TrainableLayer):
             unit = lambda t: t / t.norm(dim=-1, keepdim=True).clamp_min(1e-12)
             beta = spec.cos_scale if spec.scores == "cosine" else self.log_beta.exp()
             return beta * (unit(q) @ unit(k).transpose(-1, -2))
+        if spec.scores == "qk_norm":
+            return qk_rms_norm(q, self.q_norm) @ qk_rms_norm(k, self.k_norm).transpose(-1, -2) / math.sqrt(d_k)
         w = self.w_fused if spec.scores == "fused" else self.w_u @ self.w_v_score.transpose(-1, -2)
         return torch.einsum("bnd,hde,bme->bhnm", x, w, x) / math.sqrt(d_k)
 
@@ -195,6 +205,8 @@ class TextLayer(TrainableLayer):
             heads = cosine_attention(q, k, v, beta=spec.cos_scale, causal=causal)
         elif spec.scores == "cosine_learned":
             heads = cosine_attention(q, k, v, beta=self.log_beta.exp(), causal=causal)
+        elif spec.scores == "qk_norm":
+            heads = qk_norm_attention(q, k, v, query_weight=self.q_norm, key_weight=self.k_norm, causal=causal)
         else:
             heads = attention_from_scores(self.logits(x, weights, q, k), v, causal=causal)
         if self.record_scores:
@@ -353,3 +365,35 @@ def train(run: TextRun, corpus: Corpus, steps: int | None = None, device: str | 
         if run.attention_stats:
             record["attention"] = attention_statistics(model, corpus, run, where)
     return record
+
+
+# The comparisons (data/experiments/text/amendment-1.toml) ---------------------------------------
+
+_RUN_FIELDS = ("lr", "attention_stats")
+
+
+def text_settings(amendment: dict) -> dict[str, TextRun]:
+    """Every named setting of the text amendment as a :class:`TextRun` at seed 0 (replace ``seed``
+    per comparison seed): the design's base, then the setting's own Spec and run fields."""
+    design = amendment["design"]
+    out = {}
+    for name, fields in amendment["settings"].items():
+        unknown = set(fields) - set(Spec.__dataclass_fields__) - set(_RUN_FIELDS)
+        if unknown:
+            raise ValueError(f"text setting {name!r} has unknown fields {sorted(unknown)}")
+        spec_fields = {k: v for k, v in fields.items() if k not in _RUN_FIELDS}
+        spec = Spec(**{"d": design["d"], "h": design["h"], "layers": design["layers"], "d_ff": design["d_ff"],
+                       "placement": "pre", **spec_fields})
+        out[name] = TextRun(spec, context=design["context"], batch=design["batch"], steps=design["steps"],
+                            lr=fields.get("lr", design["lr"]), seed=0, eval_windows=design["eval_windows"],
+                            checkpoints=tuple(design["checkpoints"]),
+                            attention_stats=bool(fields.get("attention_stats", False)))
+    return out
+
+
+def unigram_entropy(corpus: Corpus) -> float:
+    """Entropy (nats per character) of the validation text's character frequencies: the loss of
+    the best model that ignores context, against which "learns" is judged."""
+    counts = torch.bincount(corpus.validation, minlength=corpus.vocab).double()
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * p.log()).sum())
