@@ -52,8 +52,10 @@ STORED = {
         "reads `data/smollm2-measurements.npz` and `.json` (the trained decoder run over the text set)",
         "python tools/measure_decoder.py", "{measure_time}"),
     "06c-qk-norm-model": (
-        "reads `data/gemma3-measurements.npz` and `.json` (Gemma 3 270M run over the text set and a long text)",
-        "python tools/measure_gemma.py", "a time not yet measured on an idle machine"),
+        "reads `data/gemma3-measurements.npz` and `.json` (Gemma 3 270M run over the text set and a long text) "
+        "and `data/audit/*/report.json` (`attnref audit` on the three trained models)",
+        "python tools/measure_gemma.py && python -m attnref.audit.book_models",
+        "a time not yet measured on an idle machine; each audit's own time is in its report, `seconds`"),
     "08-training": (
         "reads `data/experiments/e*.json` (the training runs) and `data/experiments/portable/` (the same "
         "runs on torch's portable kernels)",
