@@ -41,7 +41,7 @@ PORTABLE_ARGS ?=
 KERNEL_PATHS ?= avx512:AVX512 avx2:AVX2 default:SSE4_2
 DETERMINISM_LOG ?= /tmp/attention-claims-determinism.log
 
-.PHONY: portability experiments experiments-recheck experiments-robust measure install book bundle bundle-check pdf test test-fast seeds test-seeds determinism bench preflight execute lock clean help
+.PHONY: portability experiments experiments-recheck experiments-robust experiments-text measure install book bundle bundle-check pdf test test-fast seeds test-seeds determinism bench preflight execute lock clean help
 
 help:
 	@echo "make book | make pdf (the PDF edition) | make bundle (notebooks + wheel + reader lock, for download) | make bundle-check (its README run for real) | make test | make test-fast (no notebooks) | make execute (refresh stored outputs) | make clean"
@@ -138,6 +138,15 @@ measure-gemma: $(STAMP)
 	$(RUN) $(BIN)/python tools/measure_gemma.py
 	ATTNREF_GEMMA_ORACLE=1 $(PYTEST) -q tests/test_gemma3.py -k transformers
 
+# `attnref audit` on the book's three models with the default texts (the book's text set), once:
+# data/audit/{minilm,smollm2,gemma3}/report.{json,md,html} (times in each report's "seconds"). Chapter
+# 6c reads its rechecks C6, H2, L4, A2, C9, D1 on Gemma 3 from them; make test re-audits MiniLM and
+# compares with its stored report (tests/test_audit.py). AUDIT_MODELS="gemma3" re-audits one.
+AUDIT_MODELS ?= minilm smollm2 gemma3
+.PHONY: audit-models
+audit-models: $(STAMP)
+	$(RUN) $(BIN)/python -m attnref.audit.book_models $(AUDIT_MODELS)
+
 # Chapter 8's training experiments (E1-E7) under the committed plan data/experiments/plan.toml and its
 # amendments (amendment-*.toml): data/experiments/e*.json (each stores the plan's and the amendments'
 # sha256), then the portable recheck of the decisions' runs and the robustness grid (both below); the
@@ -150,6 +159,14 @@ experiments: $(STAMP)
 	$(RUN) $(BIN)/python tools/run_experiments.py --jobs $(JOBS) $(EXPERIMENTS_ARGS)
 	@$(MAKE) --no-print-directory experiments-recheck
 	@$(MAKE) --no-print-directory experiments-robust
+	@$(MAKE) --no-print-directory experiments-text
+
+# Chapter 8 on text (data/experiments/text/amendment-1.toml): the pilot that fixes delta, then 19
+# settings x 10 seeds of a character-level model on Shakespeare (about 75 CPU-minutes; the time of
+# the last run is in chapter 8): data/experiments/text/{pilot,comparisons}.json.
+experiments-text: $(STAMP)
+	$(RUN) $(BIN)/python tools/run_experiments.py --jobs $(JOBS) --text-pilot $(EXPERIMENTS_ARGS)
+	$(RUN) $(BIN)/python tools/run_experiments.py --jobs $(JOBS) --text $(EXPERIMENTS_ARGS)
 
 # The robustness grid of plan amendment 2 around every stored choice (learning-rate neighbours at the
 # plan's budget, budgets 2 and 4 x): data/experiments/robust/.

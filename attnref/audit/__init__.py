@@ -73,13 +73,16 @@ def audit(path: str | Path, texts: list[str] | None = None, out: str | Path = "a
     if progress:
         try:
             from tqdm import tqdm
-            bar = tqdm(total=len(ids), desc=f"audit {model.name}", unit="text")
+            steps = len(ids) + (model.layers if model.attention_branch is not None else 0)
+            bar = tqdm(total=steps, desc=f"audit {model.name}", unit="step")
         except ImportError:
             bar = None
     try:
         with torch.no_grad():          # attnref's input checks stay on: a NaN in the weights is refused
             sums = rechecks.collect(model, ids, progress=None if bar is None else bar.update)
-            measured = rechecks.measure(model, sums, joined if len(joined) >= 2 else None)
+            paths = None if model.attention_branch is None else \
+                rechecks.attention_paths(model, sums.first, progress=None if bar is None else bar.update)
+            measured = rechecks.measure(model, sums, joined if len(joined) >= 2 else None, paths)
     except ValueError as error:
         raise AuditError(f"{path.name}: the model could not be run on the texts "
                          f"({str(error).splitlines()[0] if str(error) else error.__class__.__name__})") from None

@@ -27,6 +27,17 @@ A1      holds if some block puts more than half of its attention mass on the fir
 C9      on one long text (the texts joined): no key strictly inside the convex hull of the other
         keys of its head receives the largest weight of a row that sees every key; at least one
         such key must exist, or there is nothing to test.
+D1      (causal decoders; chapter 6b's recheck) the relative residual
+        :math:`r_l = \lVert H - \mathbf 1 \bar h^\top\rVert_F / \lVert H\rVert_F` (ratio of sums over
+        texts) of the residual stream after the last block lies above 0.1 (a counterexample to
+        "with or without skips"); along the attention-only path without skips,
+        :math:`Y^{(l)} = \operatorname{Att}_l(Y^{(l-1)})` with the model's weights in float64, it lies
+        below :math:`10^{-3}` after the last block (the collapse, under "no skip connections"); its
+        mean rate :math:`-\ln(r_l/r_{l-1})` over the last :math:`\lfloor L/3\rfloor` layers is at most
+        twice that of layers :math:`\lfloor L/6\rfloor + 1 \ldots \lfloor L/2\rfloor` (no acceleration:
+        a counterexample to "doubly exponentially"); and the same path without the causal mask
+        accelerates, late/early rate at least 1.5 (a supporting control: the mask makes the rate
+        constant). With :math:`L = 30` these are chapter 6b's layers 6–15 and 21–30.
 ======  =========================================================================================
 
 Intervals are normal-approximation bootstrap intervals over the texts (nominal level 95 %),
@@ -49,7 +60,8 @@ Tensor = torch.Tensor
 LEVEL = 0.05                  # each bootstrap interval's nominal failure probability
 REPLICATES = 2000             # bootstrap resamples of the texts
 HULL_TOKENS = 256             # the long text of C9, at most this many tokens
-THRESHOLDS = {"C3": (0.8, 1.25), "C6": 0.05, "L4": 2.0, "A2": (0.05, 2.0), "A1": (0.5, 5.0)}
+THRESHOLDS = {"C3": (0.8, 1.25), "C6": 0.05, "L4": 2.0, "A2": (0.05, 2.0), "A1": (0.5, 5.0),
+              "D1": {"stream": 0.1, "collapse": 1e-3, "acceleration": 2.0, "control": 1.5}}
 
 
 class _Recheck(claims.Evidence):
@@ -75,6 +87,9 @@ class Sums:
     first_mass: Tensor        # (S, L, h): Σ over rows of the weight on the first token
     uniform_mass: Tensor      # (S,): Σ over rows of 1 / (visible keys)
     unit: list[list[Tensor]]  # [L][S] (n_s, d): token vectors after each block, unit norm
+    spread_sq: Tensor         # (S, L + 1): ‖H^(l) − 1 h̄ᵀ‖_F² of the residual stream (D1)
+    total_sq: Tensor          # (S, L + 1): ‖H^(l)‖_F²
+    first: list[Tensor]       # [S] (n_s, d) float64: H^(0), where D1's attention-only path starts
 
 
 def _allowed(n: int, causal: bool) -> Tensor:
@@ -88,7 +103,9 @@ def collect(model: Loaded, ids: list[list[int]], progress=None) -> Sums:
     sums = Sums(variance=torch.zeros(S, L, h, dtype=torch.float64), rows=torch.zeros(S, dtype=torch.float64),
                 key_norm=torch.zeros(S, L, h, dtype=torch.float64), key_norm_sq=torch.zeros(S, L, h, dtype=torch.float64),
                 tokens=torch.zeros(S, dtype=torch.float64), first_mass=torch.zeros(S, L, h, dtype=torch.float64),
-                uniform_mass=torch.zeros(S, dtype=torch.float64), unit=[[] for _ in range(L)])
+                uniform_mass=torch.zeros(S, dtype=torch.float64), unit=[[] for _ in range(L)],
+                spread_sq=torch.zeros(S, L + 1, dtype=torch.float64), total_sq=torch.zeros(S, L + 1, dtype=torch.float64),
+                first=[])
     for s, text_ids in enumerate(ids):
         n = len(text_ids)
         allowed = _allowed(n, model.causal)                        # (n, n): key j visible from query i
@@ -99,6 +116,9 @@ def collect(model: Loaded, ids: list[list[int]], progress=None) -> Sums:
         sums.rows[s] = several.sum()
         sums.tokens[s] = n
         sums.uniform_mass[s] = (1.0 / visible[several].double()).sum()
+        for l, state in enumerate(run.hidden):                     # H^(0) … H^(L)
+            sums.spread_sq[s, l], sums.total_sq[s, l] = spread_and_total(state.double())
+        sums.first.append(run.hidden[0].double())
         for l in range(L):
             q, k = run.queries[l].double(), run.keys[l].double()  # (h, n, d_k)
             dots = q @ k.transpose(-2, -1)                         # (h, n, d_k) @ (h, d_k, n) -> (h, n, n): q_i·k_j
@@ -115,6 +135,43 @@ def collect(model: Loaded, ids: list[list[int]], progress=None) -> Sums:
         if progress is not None:
             progress(1)
     return sums
+
+
+def spread_and_total(x: Tensor) -> tuple[Tensor, Tensor]:
+    """``‖X − 1 x̄ᵀ‖_F²`` and ``‖X‖_F²`` of one text's token vectors ``x (n, d)`` (D1's residual
+    :math:`r^2`, as a ratio of sums; chapter 6b's ``spread_sq``, ``total_sq``)."""
+    return (x - x.mean(0, keepdim=True)).pow(2).sum(), x.pow(2).sum()
+
+
+def attention_paths(model: Loaded, first: list[Tensor], progress=None) -> dict[str, Tensor]:
+    """D1's attention-only path without skips, ``Y^(0) = H^(0)``, ``Y^(l) = branch_l(Y^(l−1))``, per text,
+    with the causal mask (``pure_*``) and without it (``free_*``): ``(S, L + 1)`` sums of
+    :func:`spread_and_total`. One block's weights are converted to float64 at a time."""
+    S, L = len(first), model.layers
+    out = {name: torch.zeros(S, L + 1, dtype=torch.float64)
+           for name in ("pure_spread_sq", "pure_total_sq", "free_spread_sq", "free_total_sq")}
+    pure, free = list(first), list(first)
+    for s, y in enumerate(first):
+        out["pure_spread_sq"][s, 0], out["pure_total_sq"][s, 0] = spread_and_total(y)
+        out["free_spread_sq"][s, 0], out["free_total_sq"][s, 0] = spread_and_total(y)
+    for l in range(L):
+        branch = model.attention_branch(l)
+        for s in range(S):
+            pure[s], free[s] = branch(pure[s], True), branch(free[s], False)
+            out["pure_spread_sq"][s, l + 1], out["pure_total_sq"][s, l + 1] = spread_and_total(pure[s])
+            out["free_spread_sq"][s, l + 1], out["free_total_sq"][s, l + 1] = spread_and_total(free[s])
+        if progress is not None:
+            progress(1)
+    return out
+
+
+def rate_ratio(residual: Tensor) -> Tensor:
+    r"""Late over early mean collapse rate of a residual curve ``r_0 … r_L`` (``(L + 1,)``): the
+    rates :math:`-\ln(r_l/r_{l-1})` of the last ``L // 3`` layers over those of layers
+    ``L // 6 + 1 … L // 2`` (chapter 6b's 21–30 over 6–15 for L = 30)."""
+    L = residual.shape[0] - 1
+    rates = -torch.diff(residual.log())                            # (L,)
+    return rates[-(L // 3):].mean() / rates[L // 6: L // 2].mean()
 
 
 def _replicates(S: int, seed: int = 0) -> Tensor:
@@ -150,8 +207,9 @@ def _cross_text(units: list[Tensor], counts: Tensor) -> dict:
             "cos_sq": ratio(ones, cos_sq, pairs), "cos_sq_reps": ratio(counts[drawn], cos_sq, pairs)}
 
 
-def measure(model: Loaded, sums: Sums, long_ids: list[int] | None) -> dict:
-    """Every recheck's numbers (plain floats and lists, for the report) and intervals."""
+def measure(model: Loaded, sums: Sums, long_ids: list[int] | None, paths: dict[str, Tensor] | None = None) -> dict:
+    """Every recheck's numbers (plain floats and lists, for the report) and intervals; ``paths``:
+    :func:`attention_paths` (D1 is measured only with them)."""
     S, L, h = sums.variance.shape
     counts = _replicates(S)
     out: dict = {}
@@ -200,6 +258,21 @@ def measure(model: Loaded, sums: Sums, long_ids: list[int] | None) -> dict:
     out["A1"] = {"share_per_block": share.tolist(), "uniform": uniform, "block": top,
                  "share": trained.bootstrap_interval(share[top], share_reps[:, top], LEVEL, scale="logit")}
 
+    # D1: distance from rank one along the residual stream and along the attention-only path
+    if paths is not None:
+        def residual(spread: Tensor, total: Tensor):
+            estimate = (spread.sum(0) / total.sum(0)).sqrt()                                 # (L + 1,)
+            last = trained.bootstrap_interval(estimate[-1], trained.ratio_replicates(counts, spread, total)[:, -1].sqrt(),
+                                              LEVEL, scale="log")
+            return estimate, last
+        stream, stream_last = residual(sums.spread_sq, sums.total_sq)
+        pure, pure_last = residual(paths["pure_spread_sq"], paths["pure_total_sq"])
+        free, free_last = residual(paths["free_spread_sq"], paths["free_total_sq"])
+        out["D1"] = {"stream_per_layer": stream.tolist(), "pure_per_layer": pure.tolist(), "free_per_layer": free.tolist(),
+                     "stream_last": stream_last, "pure_last": pure_last, "free_last": float(free[-1]),
+                     "rate_ratio": float(rate_ratio(pure)), "free_rate_ratio": float(rate_ratio(free)),
+                     "early_layers": [L // 6 + 1, L // 2], "late_layers": [L - L // 3 + 1, L], "layers": L}
+
     # C9: interior keys of one long text, and whether one wins a row that sees every key
     if long_ids is not None:
         with torch.no_grad():
@@ -209,8 +282,10 @@ def measure(model: Loaded, sums: Sums, long_ids: list[int] | None) -> dict:
         interior_total, winners = 0, 0
         for l in range(L):
             keys, w = run.keys[l].double(), run.weights[l].double()            # (h, n, d_k), (h, n, n)
+            inside = None
             for head in range(h):
-                inside = hull.interior_points(keys[head])                       # (n,) bool
+                if inside is None or not torch.equal(keys[head], keys[head - 1]):   # heads of one key head share it
+                    inside = hull.interior_points(keys[head])                   # (n,) bool
                 interior_total += int(inside.sum())
                 best = w[head, rows].argmax(-1)                                 # (rows,)
                 winners += int(inside[best].sum())
@@ -220,21 +295,68 @@ def measure(model: Loaded, sums: Sums, long_ids: list[int] | None) -> dict:
 
 def _interval_dict(iv) -> dict:
     return {"estimate": float(iv.estimate), "low": float(iv.low), "high": float(iv.high), "bound": iv.bound,
-            "failure_probability": float(iv.failure_probability)}
+            "failure_probability": float(iv.failure_probability), "samples": int(iv.samples),
+            "standard_error": None if iv.standard_error is None else float(iv.standard_error)}
+
+
+_INTERVAL_KEYS = {"estimate", "low", "high", "bound", "failure_probability", "samples", "standard_error"}
+
+
+def from_plain(m: dict) -> dict:
+    """The measurements of a stored ``report.json`` with their intervals as
+    :class:`attnref.analysis.stats.Interval` again: what :func:`record` reads (so a chapter decides
+    a stored report's rechecks with exactly the audit's checks)."""
+    from attnref.analysis.stats import Interval
+
+    def convert(value):
+        if isinstance(value, dict) and set(value) == _INTERVAL_KEYS:
+            return Interval(**value)
+        if isinstance(value, dict):
+            return {k: convert(v) for k, v in value.items()}
+        return value
+    return convert(m)
+
+
+#: The rechecks in the report's order (each is recorded only if its measurement is there).
+RECHECKS = ("H2", "C3", "C6", "L4", "A2", "A1", "C9", "D1")
+
+
+def measured_rechecks(m: dict) -> list[str]:
+    """The rechecks whose measurements ``m`` holds."""
+    needs = {"L4": "anisotropy", "A2": "anisotropy"}
+    return [cid for cid in RECHECKS if needs.get(cid, cid) in m]
 
 
 def verdicts(model_name: str, m: dict) -> dict[str, tuple[str, list]]:
     """Each recheck's checks, recorded with the claims engine, and the verdict its rule gives."""
     out = {}
-    K = claims.REAL_MODEL
+    for cid in measured_rechecks(m):
+        evidence = _Recheck(cid, model_name)
+        record(evidence, m)
+        out[cid] = evidence
+    return {cid: (claims.decide(ev.checks), ev.checks) for cid, ev in out.items()}
 
-    h2 = _Recheck("H2", model_name)
+
+def record(evidence, m: dict) -> None:
+    """Record the checks of ``evidence``'s claim (an :class:`attnref.book.claims.Evidence` of a
+    recheck, or the audit's own) from the measurements ``m`` (:func:`measure`'s, or a stored
+    report's through :func:`from_plain`): the one place each recheck's checks are written."""
+    cid = evidence.claim.id
+    if cid not in RECHECKS:
+        raise ValueError(f"the audit has no recheck of {cid}; it has {', '.join(RECHECKS)}")
+    globals()[f"_record_{cid}"](evidence, m)
+
+
+K = claims.REAL_MODEL
+
+
+def _record_H2(h2, m: dict) -> None:
     h2.exact(f"heads whose fused W has rank exactly d_k = {m['H2']['d_k']} (both factors' margins > 1)",
              m["H2"]["certified_heads"], m["H2"]["heads"], kind=K,
              fails_if="a head whose W_Q or W_K loses a column (rank < d_k), or a margin at round-off level")
-    out["H2"] = h2
 
-    c3 = _Recheck("C3", model_name)
+
+def _record_C3(c3, m: dict) -> None:
     iv = m["C3"]["median"]
     low, high = THRESHOLDS["C3"]
     if iv.estimate >= 1:
@@ -243,45 +365,59 @@ def verdicts(model_name: str, m: dict) -> dict[str, tuple[str, list]]:
     else:
         c3.premise_fails.beyond(f"median head's Var_j(q·k)/d_k lies below {low} (premise: 1)", low, iv, side="above",
                                 fails_if="queries and keys with independent unit-variance components (ratio ≈ 1)")
-    out["C3"] = c3
 
-    c6 = _Recheck("C6", model_name)
+
+def _record_C6(c6, m: dict) -> None:
     c6.premise_fails.beyond(f"median head's coefficient of variation of the key norms lies above {THRESHOLDS['C6']}",
                             THRESHOLDS["C6"], m["C6"]["median"], side="below",
                             fails_if="keys of (nearly) equal norm, as after a norm with no gain on the keys")
-    out["C6"] = c6
 
-    l4 = _Recheck("L4", model_name)
+
+def _record_L4(l4, m: dict) -> None:
     l4.premise_fails.beyond(f"E[cos²]·d between tokens of different texts, median block, lies above {THRESHOLDS['L4']} (isotropic: 1)",
                             THRESHOLDS["L4"], m["anisotropy"]["cos_sq_d"], side="below",
                             fails_if="isotropic token vectors (E[cos²]·d ≈ 1)")
-    out["L4"] = l4
 
-    a2 = _Recheck("A2", model_name)
+
+def _record_A2(a2, m: dict) -> None:
     a2.beyond(f"mean cosine between tokens of different texts, median block, lies above {THRESHOLDS['A2'][0]}",
               THRESHOLDS["A2"][0], m["anisotropy"]["mean_cos"], side="below",
               fails_if="token vectors without a common direction (mean cosine ≈ 0)")
     a2.beyond(f"E[cos²]·d, median block, lies above {THRESHOLDS['A2'][1]}", THRESHOLDS["A2"][1],
               m["anisotropy"]["cos_sq_d"], side="below", fails_if="isotropic token vectors (E[cos²]·d ≈ 1)")
-    out["A2"] = a2
 
-    a1 = _Recheck("A1", model_name)
+
+def _record_A1(a1, m: dict) -> None:
     share, uniform = m["A1"]["share"], m["A1"]["uniform"]
     a1.beyond(f"block {m['A1']['block'] + 1}'s attention mass on the first token lies above {THRESHOLDS['A1'][0]}",
               THRESHOLDS["A1"][0], share, side="below", fails_if="no block parks most of its mass on one token")
     a1.beyond(f"… and above {THRESHOLDS['A1'][1]:g} × the uniform share {uniform:.3f}", THRESHOLDS["A1"][1] * uniform,
               share, side="below", fails_if="mass on the first token no larger than short rows give it anyway")
-    out["A1"] = a1
 
-    if "C9" in m:
-        c9 = _Recheck("C9", model_name)
-        c9.supporting.at_least(f"keys strictly inside the hull of their head's other keys ({m['C9']['tokens']} tokens, "
-                               f"{m['C9']['heads']} heads)", m["C9"]["interior_keys"], 1, kind=claims.NUMERICAL,
-                               agree=claims.EXACT)
-        c9.exact("rows that see every key whose largest weight goes to an interior key", m["C9"]["interior_winners"], 0,
-                 kind=K, fails_if="an interior key winning a row: the hull argument or the key extraction is wrong")
-        out["C9"] = c9
-    return {cid: (claims.decide(ev.checks), ev.checks) for cid, ev in out.items()}
+
+def _record_C9(c9, m: dict) -> None:
+    c9.supporting.at_least(f"keys strictly inside the hull of their head's other keys ({m['C9']['tokens']} tokens, "
+                           f"{m['C9']['heads']} heads)", m["C9"]["interior_keys"], 1, kind=claims.NUMERICAL,
+                           agree=claims.EXACT)
+    c9.exact("rows that see every key whose largest weight goes to an interior key", m["C9"]["interior_winners"], 0,
+             kind=K, fails_if="an interior key winning a row: the hull argument or the key extraction is wrong")
+
+
+def _record_D1(d1, m: dict) -> None:
+    t, d = THRESHOLDS["D1"], m["D1"]
+    L, (e0, e1), (l0, l1) = d["layers"], d["early_layers"], d["late_layers"]
+    d1.counterexample.beyond(f"relative residual of the residual stream after {L} blocks", t["stream"], d["stream_last"],
+                             side="below", fails_if="the skips do not carry the tokens (collapse with skips too)")
+    d1.under("no skip connections").beyond(f"relative residual of the attention-only path, {L} layers",
+                                           t["collapse"], d["pure_last"], side="above",
+                                           fails_if="attention alone keeps the tokens apart (no collapse)")
+    d1.counterexample.at_most(f"mean rate of layers {l0}–{l1} / of layers {e0}–{e1}, attention only "
+                              "(doubly exponential: far above 1)", d["rate_ratio"], t["acceleration"], kind=K,
+                              fails_if="the collapse accelerates with depth, as doubly exponential would")
+    d1.supporting.at_least(f"control, the same path without the causal mask: mean rate of layers {l0}–{l1} / "
+                           f"of layers {e0}–{e1} (the mask's effect)", d["free_rate_ratio"], t["control"], kind=K,
+                           fails_if="the constant rate is not the mask's doing: full attention with the "
+                                    "same weights does not accelerate either")
 
 
 def plain(m: dict) -> dict:

@@ -57,6 +57,12 @@ class Loaded:
     #: called once with every text's token ids before the first ``run`` (a loader that reads only
     #: the embedding rows the texts use), or None
     prepare: Callable[[list[list[int]]], None] | None = None
+    #: D1's attention-only path: for block ``l``, a function ``(Y, causal) -> Y'`` of token vectors
+    #: ``Y (n, d)`` float64 that applies the block's attention branch (its norms, attention and output
+    #: projection, everything the residual stream adds) **without** the skip connection, with the
+    #: model's causal mask (``causal=True``) or with every token seeing every token (``False``);
+    #: None: the family has no causal mask to test (D1's causal recheck is not run)
+    attention_branch: Callable[[int], Callable[[Tensor, bool], Tensor]] | None = None
 
 
 @dataclass(frozen=True)

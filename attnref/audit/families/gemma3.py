@@ -6,6 +6,7 @@ dequantized (the 262144-row table is most of the load time otherwise)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -20,6 +21,25 @@ def _accepts(path: Path, config: dict) -> bool:
 def _per_head(w: torch.Tensor, heads: int, d_k: int) -> torch.Tensor:
     """``(d, heads·d_k)`` (row form, heads side by side) -> ``(heads, d, d_k)``."""
     return w.reshape(w.shape[0], heads, d_k).permute(1, 0, 2)
+
+
+def attention_branch(model, l: int):
+    """D1's attention-only step of block ``l`` of a loaded :class:`attnref.models.gemma3.Gemma3`:
+    ``(Y, causal) -> N_2(Att_l(N_1(Y)))`` in float64, what the block adds to the residual stream,
+    without the skip. Without the causal mask every token sees every token: a sliding window is
+    causal too (it hides j > i and j ≤ i − window), so the block then runs as a global one with its
+    own rotary base."""
+    from attnref.models import gemma3
+
+    c = model.config
+    layer = model.layers[l].to(dtype=torch.float64)
+    unmasked = replace(c, layer_types=(gemma3.GLOBAL,) * len(c.layer_types), rope_global=c.rope_base(l))
+
+    def branch(y: torch.Tensor, causal: bool) -> torch.Tensor:          # (n, d) -> (n, d)
+        att = gemma3.attention(gemma3.gemma_rms_norm(y, layer.attention_norm, c.eps), weights=layer,
+                               config=c if causal else unmasked, layer=l, causal=causal)
+        return gemma3.gemma_rms_norm(att.output, layer.post_attention_norm, c.eps)
+    return branch
 
 
 def _load(path: Path, config: dict) -> Loaded:
@@ -69,10 +89,14 @@ def _load(path: Path, config: dict) -> Loaded:
                  _per_head(layer.w_k, c.h_kv, c.d_k).repeat_interleave(group, dim=0).double())
                 for layer in model.layers]
 
+    def branch(l: int):
+        return attention_branch(state["model"], l)
+
     context = int(config.get("gemma3.context_length") or 32768)
     return Loaded(family="gemma3", name=str(config.get("general.name") or path.stem), files=[path],
                   context=context, causal=True, scale=c.scale, layers=len(c.layer_types), heads=c.h,
                   d=c.d, d_k=c.d_k, tokenize=tokenize, run=run, factors=factors, prepare=prepare,
+                  attention_branch=branch,
                   details={"d": c.d, "h": c.h, "h_kv": c.h_kv, "d_k": c.d_k, "layers": len(c.layer_types),
                            "layout": "sandwich-norm causal decoder with QK-norm (GeGLU, RoPE)",
                            "sliding_window": c.window, "sliding_blocks": sum(t == gemma3.SLIDING for t in c.layer_types),

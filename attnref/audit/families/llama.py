@@ -21,6 +21,21 @@ def _per_head(w: torch.Tensor, heads: int, d_k: int) -> torch.Tensor:
     return w.reshape(w.shape[0], heads, d_k).permute(1, 0, 2)
 
 
+def attention_branch(model, l: int):
+    """D1's attention-only step of block ``l`` of a loaded :class:`attnref.models.smollm.SmolLM`:
+    ``(Y, causal) -> GQA_l(RMSNorm_l(Y))`` in float64, without the skip (chapter 6b's path,
+    :mod:`attnref.analysis.decoder_measure`)."""
+    from attnref.decoder import grouped_query_attention, rms_norm
+
+    c = model.config
+    layer = model.layers[l].to(dtype=torch.float64)
+
+    def branch(y: torch.Tensor, causal: bool) -> torch.Tensor:          # (n, d) -> (n, d)
+        return grouped_query_attention(rms_norm(y, layer.attention_norm, c.eps), weights=layer, config=c,
+                                       causal=causal).output
+    return branch
+
+
 def _load(path: Path, config: dict) -> Loaded:
     from attnref.models import smollm
 
@@ -54,10 +69,13 @@ def _load(path: Path, config: dict) -> Loaded:
                  _per_head(layer.w_k, c.h_kv, c.d_k).repeat_interleave(group, dim=0).double())
                 for layer in model.layers]
 
+    def branch(l: int):
+        return attention_branch(model, l)
+
     context = int(config.get("llama.context_length") or 2048)
     return Loaded(family="llama", name=str(config.get("general.name") or path.stem), files=[path],
                   context=context, causal=True, scale=c.d_k ** -0.5, layers=len(model.layers), heads=c.h,
-                  d=c.d, d_k=c.d_k, tokenize=tokenize, run=run, factors=factors,
+                  d=c.d, d_k=c.d_k, tokenize=tokenize, run=run, factors=factors, attention_branch=branch,
                   details={"d": c.d, "h": c.h, "h_kv": c.h_kv, "d_k": c.d_k, "layers": len(model.layers),
                            "rope_base": c.rope_base, "layout": "pre-norm causal decoder (RMSNorm, SwiGLU, RoPE)",
                            "context_length": context})
