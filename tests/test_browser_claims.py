@@ -227,7 +227,7 @@ def test_every_table_fits_its_column_on_a_phone(facts, path, width) -> None:
 
 
 # ------------------------------------------------------------------------------------------
-# Figures a reader can move (book/_ext/static/interactive.js, placed after the verdict boxes)
+# Figures a reader can move (book/_ext/static/interactive.js, after the verdict boxes; D1 after its figure)
 # ------------------------------------------------------------------------------------------
 
 #: Each interactive figure: its page and three settings of its controls.
@@ -239,6 +239,11 @@ MOVABLE = {
     "H4": ("notebooks/05-multi-head.html", [{"n": 1, "m": 4096, "d": 256, "dk": 32},
                                             {"n": 512, "m": 512, "d": 512, "dk": 64},
                                             {"n": 100, "m": 2000, "d": 1024, "dk": 512}]),
+    # D1 draws the notebook's stored draws: every control is set at each setting (the regimes are
+    # checkboxes: 1 ticked, 0 not)
+    "D1": ("notebooks/07-depth.html", [{"l": 24, "q": 50, "span": 96, "none": 1, "plain": 1, "kept": 1},
+                                       {"l": 96, "q": 10, "span": 96, "none": 0, "plain": 1, "kept": 1},
+                                       {"l": 6, "q": 90, "span": 12, "none": 1, "plain": 0, "kept": 1}]),
 }
 
 MOVE = """([figure, setting]) => {
@@ -248,20 +253,54 @@ MOVE = """([figure, setting]) => {
   const before = curves();
   for (const [name, value] of Object.entries(setting)) {
     const input = box.querySelector(`input[name="${name}"]`);
-    input.value = input.step === "any" ? Math.log10(value) : value;
+    if (input.type === "checkbox") input.checked = Boolean(value);
+    else input.value = input.step === "any" ? Math.log10(value) : value;
     input.dispatchEvent(new Event("input"));
   }
   const marker = box.querySelector("circle.marker");
   return {hidden: box.hidden, value: Number(box.dataset.value), text: box.querySelector(".interactive-value").textContent,
           before, after: curves(), marker: marker && [marker.getAttribute("cx"), marker.getAttribute("cy")],
-          width: box.getBoundingClientRect().width};
+          width: box.getBoundingClientRect().width, curves: box.querySelectorAll("path.curve").length,
+          values: box.dataset.values ? JSON.parse(box.dataset.values) : null};
 }"""
 
 
+#: D1's regime checkboxes and the regime each ticks (the notebook's names).
+D1_REGIMES = {"none": "no skips", "plain": "plain skips", "kept": "kept apart"}
+
+
+def d1_stored() -> dict:
+    """D1's numbers as notebook 07 stores them after its static figure, read here from the
+    committed notebook's JSON (not through the page's script, nor attnref's reader)."""
+    import json
+    cells = json.loads((ROOT / "notebooks" / "07-depth.ipynb").read_text(encoding="utf-8"))["cells"]
+    for cell in cells:
+        for output in cell.get("outputs", []):
+            html = "".join(output.get("data", {}).get("text/html", ""))
+            found = re.search(r'data-figure="D1" hidden><script type="application/json">(.*?)</script>', html, re.S)
+            if found:
+                return json.loads(found.group(1).replace("<\\/", "</"))
+    raise AssertionError("notebook 07 stores no data for D1 (make execute NOTEBOOKS=notebooks/07-depth.ipynb)")
+
+
+def d1_expected(s: dict) -> dict:
+    """Per variant of the ticked regimes that was run to depth l: its stored log10 r_l of the draw
+    at percentile q."""
+    data = d1_stored()
+    row = data["percentiles"].index(s["q"])
+    ticked = {regime for box, regime in D1_REGIMES.items() if s[box]}
+    return {v["name"]: v["log10_r"][row][s["l"]] for v in data["series"]
+            if v["regime"] in ticked and s["l"] < len(v["log10_r"][row])}
+
+
 def expected_value(figure: str, s: dict) -> float:
-    """What the chapter's formula gives, computed here with numpy and attnref (not the page's JS)."""
+    """What the chapter's formula gives, computed here with numpy and attnref (not the page's JS);
+    for D1 the notebook's stored value of the plain-skip stack (else the first variant shown)."""
     import numpy as np
     from attnref import counts
+    if figure == "D1":
+        shown = d1_expected(s)
+        return shown.get("attention + skip", next(iter(shown.values())))
     if figure == "C5":        # cosine scores times beta: the largest weight's cap e^(2b)/(e^(2b) + n - 1)
         return float(np.exp(2 * s["beta"]) / (np.exp(2 * s["beta"]) + s["n"] - 1))
     if figure == "C2":        # softmax of |q| cos_j: the weight of the best key
@@ -290,7 +329,7 @@ async def _move(site: Path) -> dict:
             for figure, (path, settings) in MOVABLE.items():
                 await page.goto(base + path, wait_until="load")
                 found[figure] = [await page.evaluate(MOVE, [figure, s]) for s in settings]
-                if figure in ("C5", "H4"):
+                if figure in ("C5", "H4", "D1"):
                     box = page.locator(f'.interactive-figure[data-figure="{figure}"]')
                     await box.scroll_into_view_if_needed()
                     await box.screenshot(path=str(_shots() / f"interactive-{figure}-390.png"))
@@ -322,3 +361,30 @@ def test_a_figure_the_reader_moves_shows_the_chapters_values(moved, figure) -> N
 
 def test_the_movable_figures_add_little_weight(moved) -> None:
     assert moved["js_bytes"] <= 300_000
+
+
+def test_d1_shows_the_notebooks_stored_draws(moved) -> None:
+    """At three settings of depth, percentile, span and regimes the page shows, for every variant
+    of the ticked regimes run to that depth and for no other, the notebook's stored log10 r_l; one
+    curve per variant shown; the sentence names the draw's rank. Bugs caught: a percentile row or a
+    depth off by one, a regime toggle that hides the wrong curves, a variant's data under another's
+    name."""
+    data = d1_stored()
+    for setting, r in zip(MOVABLE["D1"][1], moved["D1"]):
+        expected = d1_expected(setting)
+        assert r["values"] is not None and set(r["values"]) == set(expected), (setting, r["values"])
+        for name, value in expected.items():
+            assert r["values"][name] == pytest.approx(value, rel=1e-12, abs=0), (setting, name)
+        ticked = {regime for box, regime in D1_REGIMES.items() if setting[box]}
+        assert r["curves"] == sum(v["regime"] in ticked for v in data["series"]), (setting, r["curves"])
+        rank = setting["q"] * (data["draws"] - 1) // 100 + 1
+        assert f"rank {rank} of {data['draws']}" in r["text"], r["text"]
+
+
+def test_d1_adds_at_most_300_kb_to_its_page(moved) -> None:
+    """The stored numbers in chapter 7's page plus the whole script the page loads for them."""
+    import json
+    cells = json.loads((ROOT / "notebooks" / "07-depth.ipynb").read_text(encoding="utf-8"))["cells"]
+    stored = sum(len("".join(o["data"]["text/html"]).encode()) for c in cells for o in c.get("outputs", [])
+                 if 'data-figure="D1"' in "".join(o.get("data", {}).get("text/html", "")))
+    assert 0 < stored and stored + moved["js_bytes"] <= 300_000, (stored, moved["js_bytes"])
