@@ -113,3 +113,37 @@ def test_sentence_sums_mean_what_they_say(tiny):
     assert torch.allclose(result["sink_mass"][0], weights[:, 1:, 0].sum(-1))
     assert torch.allclose(result["max_weight"][0], weights[:, 1:].amax((-1, -2)))
     assert (result["min_entropy"] >= 0).all() and (result["rows"] == IDS.numel() - 1).all()
+
+
+# --- the audit's rechecks, read from the stored reports (data/audit, make audit-models) -------------------
+
+@pytest.mark.parametrize("name", ["minilm", "smollm2", "gemma3"])
+def test_a_stored_report_read_back_gives_the_audits_own_checks(name):
+    """Chapter 6c decides C6, H2, L4, A2, C9 and D1 on Gemma 3 from the stored report: the
+    measurements read back (rechecks.from_plain) and recorded (rechecks.record) must give exactly
+    the checks and verdicts the audit wrote — values, intervals, margins and false-failure rates
+    (a reader that lost an interval's standard error, or read a threshold wrongly, differs here)."""
+    import json
+
+    from attnref.audit import book_models, rechecks
+    from attnref.book import claims
+    try:
+        report = book_models.stored(name)
+    except FileNotFoundError as error:
+        pytest.fail(str(error))
+    again = rechecks.verdicts(report["model"]["name"], rechecks.from_plain(report["measurements"]))
+    assert list(again) == list(report["rechecks"])
+    for cid, (verdict, checks) in again.items():
+        assert verdict == report["rechecks"][cid]["verdict"], cid
+        assert json.loads(json.dumps([claims._as_dict(c) for c in checks])) == report["rechecks"][cid]["checks"], cid
+
+
+def test_the_pages_gemma_rechecks_are_the_audits():
+    """The registry's rechecks of Gemma 3 that the audit makes are expected to be what the stored
+    audit report decided (the page records exactly the audit's checks)."""
+    from attnref.audit import book_models, rechecks
+    from attnref.book import claims
+    report = book_models.stored("gemma3")
+    for cid in ("H2", "C6", "L4", "A2", "C9", "D1"):
+        assert claims.RECHECKS[(cid, "Gemma-3-270M")] == report["rechecks"][cid]["verdict"], cid
+    assert set(rechecks.RECHECKS) >= {"H2", "C6", "L4", "A2", "C9", "D1"}

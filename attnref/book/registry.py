@@ -189,6 +189,15 @@ RECHECKS: dict[tuple[str, str], str] = {
     ("C9", "SmolLM2-135M-Instruct"): HOLDS,
     ("C3", "Gemma-3-270M"): PREMISE_FAILS,
     ("A1", "Gemma-3-270M"): HOLDS,
+    # chapter 6c reads these from attnref audit's stored report (data/audit/gemma3, make audit-models)
+    ("H2", "Gemma-3-270M"): HOLDS,
+    ("C6", "Gemma-3-270M"): PREMISE_FAILS,
+    ("L4", "Gemma-3-270M"): PREMISE_FAILS,
+    ("A2", "Gemma-3-270M"): HOLDS,
+    # no key of the audit's 256-token text lies inside its head's hull (d_k = 256): nothing to test
+    ("C9", "Gemma-3-270M"): NOT_ESTABLISHED,
+    # the control (the attention-only path without the causal mask) does not accelerate: late/early 1.12 < 1.5
+    ("D1", "Gemma-3-270M"): NOT_ESTABLISHED,
 }
 
 
