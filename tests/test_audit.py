@@ -406,3 +406,20 @@ def test_d1_rate_ratio_against_a_loop_and_the_rule_on_known_curves():
     assert verdict(accelerating, accelerating) == claims.NOT_ESTABLISHED     # the claim's own rate: no counterexample
     assert verdict(geometric, geometric) == claims.NOT_ESTABLISHED           # the control fails
     assert verdict(torch.full((L + 1,), 0.5), accelerating) == claims.NOT_ESTABLISHED   # no collapse at all
+
+
+def test_the_readers_install_holds_what_the_audit_needs_for_gemma():
+    """A reader's install (requirements-reader.lock, the bundle's lock) has the Gemma 3 packages the
+    audit and chapter 6c read — the main package, its four chunk packages, gguf — at the versions the
+    installed ones have (the developers' lock), and the bundle ships the stored reports (data/ whole)."""
+    from importlib import metadata
+    lock = {line.split("==")[0].lower(): line.split("==")[1].strip()
+            for line in (ROOT / "requirements-reader.lock").read_text().splitlines() if "==" in line and not line.startswith("#")}
+    from attnref.models import gemma3
+    names = [gemma3.PACKAGE] + [f"{gemma3.PACKAGE}-part{i}" for i in range(1, 5)] + ["gguf"]
+    for name in names:
+        assert name in lock, f"{name} is not in requirements-reader.lock"
+        assert lock[name] == metadata.version(name), name
+    sys.path.insert(0, str(ROOT / "tools"))
+    import make_bundle
+    assert "data/audit/" in make_bundle.STORED["06c-qk-norm-model"][0]

@@ -285,7 +285,9 @@ def measure(model: Loaded, sums: Sums, long_ids: list[int] | None, paths: dict[s
             inside = None
             for head in range(h):
                 if inside is None or not torch.equal(keys[head], keys[head - 1]):   # heads of one key head share it
-                    inside = hull.interior_points(keys[head])                   # (n,) bool
+                    # exact either way; the centred keys as candidate separating directions certify
+                    # more vertices at once than the keys themselves (anisotropic keys): half the time
+                    inside = hull.interior_points(keys[head], keys[head] - keys[head].mean(0))   # (n,) bool
                 interior_total += int(inside.sum())
                 best = w[head, rows].argmax(-1)                                 # (rows,)
                 winners += int(inside[best].sum())
