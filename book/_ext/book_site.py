@@ -17,6 +17,8 @@
   ``book.js``.)
 * The browser tab's title is plain text: a title with math (chapter 4's ``\\sqrt{d_k}``) shows
   its symbols (``√d_k``), not its TeX source.
+* Page weight: folded code is not syntax-highlighted (:func:`plain_folded_code`) and a notebook's
+  figures load lazily (:func:`lazy_figures`).
 * The ``{downloads}`` directive lists the files that ``make bundle`` and ``make pdf`` put in
   ``_build/downloads/`` (the bundle zip, the PDF), with their sizes; the files are copied into
   the site's ``downloads/`` folder at the end of the build. A file that was not made is listed
@@ -232,6 +234,16 @@ def plain_folded_code(app: Sphinx, doctree: nodes.document, docname: str) -> Non
                     block["language"] = "none"
 
 
+def lazy_figures(app: Sphinx, doctree: nodes.document, docname: str) -> None:
+    """A notebook's figures load as the reader scrolls to them (``loading="lazy"``): a first visit
+    on a phone fetches the figures on and near its first screen, not a chapter's every PNG
+    (chapter 4's ten figures are 381 kB). The browser tests and the PDF printer load them all."""
+    for cell in doctree.findall(nodes.container):
+        if "cell_output" in cell.get("classes", []):
+            for image in cell.findall(nodes.image):
+                image["loading"] = "lazy"
+
+
 def setup(app: Sphinx) -> dict:
     # MathJax (and every other asset) on every page: the sidebar shows chapter titles with math
     # ($\sqrt{d_k}$) on pages that hold no formula themselves, where Sphinx would leave MathJax out.
@@ -246,5 +258,6 @@ def setup(app: Sphinx) -> dict:
     app.connect("build-finished", copy_downloads)
     app.connect("doctree-read", add_keywords)
     app.connect("doctree-resolved", plain_folded_code)
+    app.connect("doctree-resolved", lazy_figures)
     app.connect("html-page-context", plain_title, priority=900)   # after sphinx-book-theme's pagetitle
     return {"parallel_read_safe": True, "parallel_write_safe": True}

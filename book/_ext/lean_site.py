@@ -20,6 +20,15 @@ do nothing here.
   ``searchindex.js``; 150 kB) are loaded by the search page only: pydata-sphinx-theme loads them
   on every page for a search-as-you-type box this site does not switch on
   (``templates/layout.html``).
+* The themes' stylesheets (pydata-sphinx-theme's 397 kB, Bootstrap included; sphinx-design's,
+  MyST-NB's, Sphinx's basic.css, ...) keep only the rules a page of this site can use
+  (:func:`purge_css`): a selector that names a class or an id that no page and no script of the
+  site holds (not even as a prefix a script completes, ``bs-``) cannot match and is dropped, with
+  a rule left without selectors. Classes inside ``:not()``, ``:is()``, ``:where()`` and ``:has()``
+  need not be present, so they keep their selector, and so does any selector with an escaped
+  character; at-rules other than ``@media``/``@supports``/``@layer``/``@container`` stay whole.
+  The book's own stylesheets (``book/_ext/static``: print.css is read by tools/make_pdf.py, which
+  adds classes of its own) are left as they are. pydata-sphinx-theme.css: 397 -> 122 kB.
 """
 
 from __future__ import annotations
@@ -89,6 +98,132 @@ def subset_icons(outdir: Path) -> None:
         encoding="utf-8")
 
 
+#: At-rules whose blocks hold rules (purged inside); any other at-rule is kept whole.
+NESTING_AT_RULES = ("@media", "@supports", "@layer", "@container")
+#: Pseudo-classes whose argument need not match for the selector to match.
+ARGUMENT_PSEUDO = re.compile(r":(?:not|is|where|has|matches|-webkit-any|-moz-any)\(")
+#: Stylesheets of the book itself (never purged).
+OWN_CSS = {p.name for p in (Path(__file__).resolve().parent / "static").glob("*.css")} | {"icons.css"}
+
+
+def css_items(css: str):
+    """The top-level items of a stylesheet: ``(prelude, block)`` for a rule or an at-rule with a
+    block, ``(statement, None)`` for ``@import ...;`` and the like. Strings and comments are skipped
+    over, so a brace inside either does not count."""
+    i, n, start, depth, prelude_end = 0, len(css), 0, 0, 0
+    while i < n:
+        c = css[i]
+        if css.startswith("/*", i):
+            end = css.find("*/", i + 2)
+            i = n if end < 0 else end + 2
+            continue
+        if c in "\"'":
+            j = i + 1
+            while j < n and css[j] != c:
+                j += 2 if css[j] == "\\" else 1
+            i = j + 1
+            continue
+        if c == "\\":
+            i += 2
+            continue
+        if c == "{":
+            if depth == 0:
+                prelude_end = i
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                yield css[start:prelude_end], css[prelude_end + 1:i]
+                start = i + 1
+        elif c == ";" and depth == 0:
+            yield css[start:i + 1], None
+            start = i + 1
+        i += 1
+    if css[start:].strip():
+        yield css[start:], None
+
+
+def split_selectors(prelude: str) -> list[str]:
+    """A selector list split at its top-level commas (not those inside ``:is(...)`` or ``[...]``)."""
+    out, depth, current, quote = [], 0, "", None
+    for c in prelude:
+        if quote:
+            quote = None if c == quote else quote
+        elif c in "\"'":
+            quote = c
+        elif c in "([":
+            depth += 1
+        elif c in ")]":
+            depth -= 1
+        elif c == "," and depth == 0:
+            out.append(current)
+            current = ""
+            continue
+        current += c
+    return [*out, current]
+
+
+def required_names(selector: str) -> list[str] | None:
+    """The classes and ids an element (or its ancestors) must carry for ``selector`` to match;
+    None when that cannot be read safely (an escaped character)."""
+    s = re.sub(r"/\*.*?\*/", "", selector, flags=re.S)
+    s = re.sub(r"\"[^\"]*\"|'[^']*'", "", s)
+    s = re.sub(r"\[[^\]]*\]", "", s)
+    while found := ARGUMENT_PSEUDO.search(s):
+        depth, j = 1, found.end()
+        while j < len(s) and depth:
+            depth += {"(": 1, ")": -1}.get(s[j], 0)
+            j += 1
+        s = s[:found.start()] + s[j:]
+    if "\\" in s:
+        return None
+    return re.findall(r"[.#](-?[_a-zA-Z][\w-]*)", s)
+
+
+def purge_css(css: str, used) -> str:
+    """``css`` without the selectors that name a class or id for which ``used(name)`` is false."""
+    out = []
+    for prelude, block in css_items(css):
+        if block is None:
+            out.append(prelude)
+            continue
+        head = re.sub(r"/\*.*?\*/", "", prelude, flags=re.S).strip().lower()
+        if head.startswith("@"):
+            if head.startswith(NESTING_AT_RULES):
+                inner = purge_css(block, used)
+                if inner.strip():
+                    out.append(f"{prelude}{{{inner}}}")
+            else:
+                out.append(f"{prelude}{{{block}}}")
+            continue
+        kept = [s for s in split_selectors(prelude)
+                if (names := required_names(s)) is None or all(used(name) for name in names)]
+        if kept:
+            out.append(",".join(kept) + "{" + block + "}")
+    return "".join(out)
+
+
+def site_names(outdir: Path):
+    """``used(name)``: is ``name`` a word of a page or a script of the site, or does it begin with a
+    word of theirs that ends in a hyphen (a script builds ``bs-tooltip-auto`` from ``bs-``)?"""
+    words: set[str] = set()
+    files = [p for p in outdir.rglob("*.html") if "_static" not in p.parts]
+    files += [p for p in (outdir / "_static").rglob("*.js") if "mathjax" not in p.parts]
+    for path in files:
+        words.update(re.findall(r"[A-Za-z_][\w-]*", path.read_text(encoding="utf-8", errors="replace")))
+    prefixes = tuple(w for w in words if w.endswith("-") and len(w) > 2)
+    return lambda name: name in words or name.startswith(prefixes)
+
+
+def purge_stylesheets(outdir: Path) -> None:
+    used = site_names(outdir)
+    for css in (outdir / "_static").rglob("*.css"):
+        if css.name in OWN_CSS or "mathjax" in css.parts:
+            continue
+        text = css.read_text(encoding="utf-8")
+        css.write_text(purge_css(text, used), encoding="utf-8")
+
+
 def add_templates(app: Sphinx, config) -> None:
     if str(TEMPLATES) not in [str(p) for p in config.templates_path]:
         config.templates_path.insert(0, str(TEMPLATES))
@@ -106,6 +241,7 @@ def prune(app: Sphinx, exception: Exception | None) -> None:
         fontawesome.write_text(FONTAWESOME_STUB, encoding="utf-8")
         (static / "scripts" / "fontawesome.js.LICENSE.txt").unlink(missing_ok=True)
     subset_icons(Path(app.outdir))
+    purge_stylesheets(Path(app.outdir))
 
 
 def setup(app: Sphinx) -> dict:

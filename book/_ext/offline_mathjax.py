@@ -1,33 +1,39 @@
-"""Serve MathJax 3 from the built site instead of a CDN, so math renders offline.
+"""Serve MathJax 3 from the built site instead of a CDN, so math renders offline, in one small file.
 
-The MathJax files come from the PyPI package ``django-static-mathjax`` (MathJax 3.2.2, es5
-build), installed with the book's requirements. Before any page is written (and again at the
-end of the build) the files the pages need — MathJax's loader (``startup.js``), the core, the TeX
-input, the CHTML output, its fonts and the TeX extensions a formula may autoload; not the menu nor
-the accessibility modules (0.76 MB instead of ``tex-chtml.js``'s 1.16 MB) — are copied to
-``_static/mathjax/`` of the output, and ``mathjax_path`` points there. They are copied into the *output* only: Jupyter Book adds a
-``<script>`` tag for every ``.js`` file under the *source* ``_static`` folder.
+Every page loads one script, ``_static/mathjax/tex-chtml-book.js`` (448 kB): MathJax 3.2.2's
+``tex-chtml`` component (loader, startup, core, TeX input with its default packages, CHTML output
+and its TeX font data) without the context menu and the assistive MathML, compiled from MathJax's
+TypeScript for ES2019 browsers by ``book/_ext/mathjax_bundle/build.mjs`` (esbuild; the recipe, the
+versions and the file's sha256 are in that folder's README.md). The published es5 build of the
+same components is 754 kB (``startup.js`` + ``core.js`` + ``input/tex.js`` + ``output/chtml.js``
++ its font data), and its ``tex-chtml.js`` 1.16 MB.
+
+The files the bundle fetches when a page needs them (the CHTML web fonts, ``output/chtml/fonts/
+woff-v2``, and the TeX extensions a formula may autoload, ``input/tex/extensions``) come from the
+PyPI package ``django-static-mathjax`` (MathJax 3.2.2), installed with the book's requirements.
+Everything is copied to ``_static/mathjax/`` of the output before any page is written (Sphinx adds
+``?v=<checksum>`` to an asset's URL only when the file is in the output already: a page written
+before the copy got the plain URL, one file under two URLs, downloaded twice) and again at the end
+of the build. They are copied into the *output* only: Jupyter Book adds a ``<script>`` tag for
+every ``.js`` file under the *source* ``_static`` folder.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import re
 import shutil
 from pathlib import Path
 
 from sphinx.application import Sphinx
 from sphinx.errors import ExtensionError
 
-#: The combined component the book used to load (1.16 MB: core, TeX input, CHTML output and fonts,
-#: but also the 426 kB context menu and the assistive MathML): kept as the check that the files exist.
-COMPONENT = "tex-chtml.js"
-#: What the pages load instead: MathJax's loader, which fetches the components LOAD names (core,
-#: the TeX input with its default packages, the CHTML output and its TeX font data, about 0.76 MB)
-#: and any TeX extension a formula autoloads; no menu, no accessibility modules.
-STARTUP = "startup.js"
-LOAD = ["input/tex", "output/chtml"]
-NEEDED = [STARTUP, COMPONENT, "core.js", "input/tex.js", "output/chtml.js", "output/chtml",
-          "input/tex/extensions"]
+#: The book's MathJax bundle and the folder that holds its recipe.
+BUNDLE_DIR = Path(__file__).resolve().parent / "mathjax_bundle"
+BUNDLE = "tex-chtml-book.js"
+#: What the bundle fetches from the installed MathJax when a page needs it.
+NEEDED = ["output/chtml/fonts/woff-v2", "input/tex/extensions"]
 
 
 def mathjax_source() -> Path:
@@ -35,25 +41,39 @@ def mathjax_source() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise ExtensionError("MathJax is not installed: run `make install` (package django-static-mathjax)")
     root = Path(list(spec.submodule_search_locations)[0]) / "static" / "mathjax" / "es5"
-    if not (root / COMPONENT).exists():
-        raise ExtensionError(f"MathJax component {COMPONENT} not found under {root}")
+    missing = [item for item in NEEDED if not (root / item).is_dir()]
+    if missing:
+        raise ExtensionError(f"MathJax's {', '.join(missing)} not found under {root}")
     return root
+
+
+def recorded_sha256() -> str:
+    """The bundle's sha256 as its README records it."""
+    found = re.search(r"sha256 ([0-9a-f]{64})", (BUNDLE_DIR / "README.md").read_text(encoding="utf-8"))
+    if not found:
+        raise ExtensionError(f"{BUNDLE_DIR / 'README.md'} records no sha256 of {BUNDLE}")
+    return found[1]
+
+
+def bundle() -> Path:
+    path = BUNDLE_DIR / BUNDLE
+    if not path.exists():
+        raise ExtensionError(f"{path} is missing: rebuild it as {BUNDLE_DIR / 'README.md'} says")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if digest != recorded_sha256():
+        raise ExtensionError(f"{path} is not the file its README records (sha256 {digest}): "
+                             "rebuild it with build.mjs and record the new sha256")
+    return path
 
 
 def set_path(app: Sphinx, config) -> None:
     mathjax_source()  # fail early, with a clear message, if the files are missing
-    config.mathjax_path = f"mathjax/{STARTUP}"   # relative paths are relative to _static/
-    settings = dict(config.mathjax3_config or {})
-    loader = dict(settings.get("loader") or {})
-    loader["load"] = list(dict.fromkeys([*(loader.get("load") or []), *LOAD]))
-    settings["loader"] = loader
-    config.mathjax3_config = settings
+    bundle()
+    config.mathjax_path = f"mathjax/{BUNDLE}"   # relative paths are relative to _static/
 
 
 def copy_early(app: Sphinx) -> None:
-    """Copy the files before any page is written: Sphinx adds ``?v=<checksum>`` to an asset's URL
-    only when the file is in the output already, and a page written before the copy got the plain
-    URL — one file under two URLs, downloaded twice."""
+    """Copy the files before any page is written (see the module docstring)."""
     copy_files(app, None)
 
 
@@ -63,12 +83,9 @@ def copy_files(app: Sphinx, exception: Exception | None) -> None:
     source = mathjax_source()
     target = Path(app.outdir) / "_static" / "mathjax"
     for item in NEEDED:
-        src, dst = source / item, target / item
-        if src.is_dir():
-            shutil.copytree(src, dst, dirs_exist_ok=True)
-        else:
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dst)
+        shutil.copytree(source / item, target / item, dirs_exist_ok=True)
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(bundle(), target / BUNDLE)
 
 
 def setup(app: Sphinx) -> dict:

@@ -1,5 +1,6 @@
 // The site's behaviour (book/_ext/book_site.py).
-// * Displayed equations fit the column. MathJax 3 cannot break a long display into lines, so a
+// * Displayed equations fit the column. On a phone a display too wide to sit beside its number
+//   moves below it and takes the column's whole width (class eqno-apart). MathJax 3 cannot break a long display into lines, so a
 //   prose equation up to 1/MIN_SCALE times wider than its column is typeset a little smaller to
 //   fit; a wider one (or any on a narrow screen) keeps its size and scrolls inside itself
 //   (book.css). Equations in cell outputs (sympy) always scroll.
@@ -57,12 +58,21 @@
       var box = displays[i];
       if (box.closest(".cell_output")) { continue; }
       box.style.fontSize = "";
+      var display = box.parentElement;
+      display.classList.remove("eqno-apart");
       var math = box.querySelector("mjx-math");
       if (!math) { continue; }
       var need = math.getBoundingClientRect().width, have = box.clientWidth;
+      var phone = window.matchMedia && window.matchMedia(PHONE).matches;
+      // On a phone a display that does not fit beside its number gets the whole column, its
+      // number above it on the right (class eqno-apart, book.css).
+      if (need > have && phone && display.querySelector(".eqno")) {
+        display.classList.add("eqno-apart");
+        have = box.clientWidth;
+      }
       if (need > have && have > 0) {
         var scale = (have - 2) / need;
-        var floor = window.matchMedia && window.matchMedia(PHONE).matches ? MIN_SCALE_PHONE : MIN_SCALE;
+        var floor = phone ? MIN_SCALE_PHONE : MIN_SCALE;
         if (scale >= floor) { box.style.fontSize = (100 * scale).toFixed(1) + "%"; }
       }
     }
