@@ -163,6 +163,9 @@ MODELS = {m.name: m for m in [
           "a pre-norm, causal, rotary decoder with grouped-query attention (4-bit GGUF)"),
     Model("Gemma-3-270M", "gemma", "Gemma 3 decoder",
           "a decoder with QK-norm, sandwich norms, sliding-window attention in 5 of 6 blocks and one key/value head (4-bit GGUF)"),
+    Model("Shakespeare-char-LM", "text", "Text (Shakespeare)",
+          "chapter 8's character-level decoder (d = 64, 2, 4 or 8 layers, 500 steps, 10 seeds a setting) trained on 34 of "
+          "Shakespeare's plays and scored on 4 others: the training experiments on real text"),
 ]}
 
 #: The verdict each recheck on a trained model is expected to give: {(claim ID, model): verdict}.
@@ -198,6 +201,14 @@ RECHECKS: dict[tuple[str, str], str] = {
     ("C9", "Gemma-3-270M"): NOT_ESTABLISHED,
     # the control (the attention-only path without the causal mask) does not accelerate: late/early 1.12 < 1.5
     ("D1", "Gemma-3-270M"): NOT_ESTABLISHED,
+    # chapter 8 on text (data/experiments/text/amendment-1.toml): E1 and E7 read differently at half
+    # the budget (the amendment's robustness rule), E2's post-LN baseline does not learn at depth 8
+    ("E1", "Shakespeare-char-LM"): NOT_ESTABLISHED,
+    ("E2", "Shakespeare-char-LM"): NOT_ESTABLISHED,
+    ("E4", "Shakespeare-char-LM"): CONDITIONS,
+    ("E5", "Shakespeare-char-LM"): FAILS,
+    ("E6", "Shakespeare-char-LM"): HOLDS,
+    ("E7", "Shakespeare-char-LM"): NOT_ESTABLISHED,
 }
 
 
