@@ -29,6 +29,6 @@ def phrases(numbers: dict | None = None) -> dict[str, str]:
         "python": f"Python ≥ {n['python']}",
         "download": f"about {n['download_gb']:.1f} GB ({n['disk_gb']:.1f} GB on disk once installed)",
         "measure_time": _minutes(n["measure_minutes"]),
-        "experiments_time": f"{_minutes(n['experiments_minutes'])} on two idle cores",
+        "experiments_time": f"{_minutes(n['experiments_minutes'])} on two cores of a shared machine",
         "notebook_time": f"about {n['notebook_seconds']} seconds",
     }
