@@ -327,8 +327,9 @@ def headings_at_page_foot(pdf: Path, marks: dict[str, list[float]]) -> list[str]
     """The markers (:data:`HEADING_MARKS`) of the headings that a printed part prints with
     nothing under them on their page (their section starts on the next). A marker's named
     destination gives the heading's page and a top (at or above its top margin); the heading's
-    lines are the text of its font size within its measured height and top margin under that
-    top; nothing may be printed under its last line above the bottom margin. (Chromium puts the
+    lines are the first lines of text of its font size under that top, within its measured
+    height, top margin and three lines; nothing may be printed under its last line above the
+    bottom margin. (Chromium puts the
     destination of an element moved to the next page at the foot of the page before: no text
     of the heading's size is there, and the heading is not judged on that page.)"""
     import logging
@@ -350,10 +351,18 @@ def headings_at_page_foot(pdf: Path, marks: dict[str, list[float]]) -> list[str]
         if index not in drawn:
             drawn[index] = _drawn(reader.pages[index])
         band, size = (v * 0.75 for v in marks[name])           # CSS px -> pt
-        lines = [b for b, t, s in drawn[index] if s and abs(s - size) < 0.3 and top - band - 2 <= b <= top + 2]
+        # (the destination's top lies up to the margins before the heading above it: measured
+        # 65 pt above a 21 pt heading's baseline)
+        lines = sorted((b for b, t, s in drawn[index] if s and abs(s - size) < 0.3 and top - band - 3 * size <= b <= top + 2),
+                       reverse=True)
         if not lines:
             continue
-        under = [t for b, t, s in drawn[index] if FOOT_PT < t < min(lines) - size / 2]
+        last = lines[0]
+        for y in lines[1:]:   # the heading's further lines follow at its line height
+            if last - y > 1.6 * size:
+                break
+            last = y
+        under = [t for b, t, s in drawn[index] if FOOT_PT < t < last - size / 2]
         if not under:
             split.append(name)
     return sorted(split, key=lambda n: int(n.removeprefix("pdf-h")))
