@@ -400,7 +400,8 @@ def _record_A1(a1, m: dict) -> None:
 def _record_C9(c9, m: dict) -> None:
     c9.supporting.at_least(f"keys strictly inside the hull of their head's other keys ({m['C9']['tokens']} tokens, "
                            f"{m['C9']['heads']} heads)", m["C9"]["interior_keys"], 1, kind=claims.NUMERICAL,
-                           agree=claims.EXACT)
+                           agree=claims.EXACT,
+                           fails_if="no key inside its head's hull: the text gives the claim nothing to test")
     c9.exact("rows that see every key whose largest weight goes to an interior key", m["C9"]["interior_winners"], 0,
              kind=K, fails_if="an interior key winning a row: the hull argument or the key extraction is wrong")
 

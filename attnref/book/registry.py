@@ -153,6 +153,9 @@ class Model:
     slug: str          # section targets of its rechecks: (<slug>-<id>)=, e.g. (minilm-c3)=
     short: str         # column heading in the claims index
     description: str
+    #: a column of its own in the claims index (chapter 8's text model: its six rechecks are listed in
+    #: the index's rechecks table and chapter 8's side-by-side table instead, keeping the index compact)
+    column: bool = True
 
 
 #: The trained models the claims are rechecked on (chapter 6), by name.
@@ -165,7 +168,7 @@ MODELS = {m.name: m for m in [
           "a decoder with QK-norm, sandwich norms, sliding-window attention in 5 of 6 blocks and one key/value head (4-bit GGUF)"),
     Model("Shakespeare-char-LM", "text", "Text (Shakespeare)",
           "chapter 8's character-level decoder (d = 64, 2, 4 or 8 layers, 500 steps, 10 seeds a setting) trained on 34 of "
-          "Shakespeare's plays and scored on 4 others: the training experiments on real text"),
+          "Shakespeare's plays and scored on 4 others: the training experiments on real text", column=False),
 ]}
 
 #: The verdict each recheck on a trained model is expected to give: {(claim ID, model): verdict}.

@@ -98,7 +98,7 @@ def _fold(book: Book, cid: str, record: VerdictOutput, models: list[str], reason
     passed = sum(bool(c.get("passed")) for c in record.checks)
     detail = f"*Deciding:* {_check_text(decided[0])}. " if decided else ""
     lines += ["", detail + f"*({passed} of {len(record.checks)} checks passed.)*"]
-    for model in models:
+    for model in book.models():          # every model's reason, a column of its own or not
         found = book.rechecks(cid, model)
         if len(found) == 1:
             lines += ["", f"*On {escape(registry.MODELS[model].short)}:* {inline(found[0].reason)}"]
@@ -130,7 +130,7 @@ def render_index(book: Book, reasons: dict | None = None) -> str:
     """The claims index: every registry ID in one compact table, chapter by chapter — ID, claim,
     verdict, one column per trained model — with the reason and the deciding check folded
     (``reasons``: answers.yml's short reasons, shown first in the fold while still current)."""
-    models = book.models()
+    models = [m for m in book.models() if registry.MODELS[m].column]
     lines = [
         escape(_counts(book, registry.CLAIMS)) + " Each row: the claim as people make it, its verdict, "
         "and its recheck on each trained model; "
