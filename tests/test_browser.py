@@ -100,6 +100,13 @@ pytestmark = pytest.mark.skipif(
 # ------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
+
+def _ms(idle_seconds: float) -> int:
+    """A Playwright time limit in milliseconds: the idle budget scaled by the machine's load
+    (tools/testenv/slowdown.py), so that a loaded CI runner does not fail a page for being slow."""
+    import slowdown    # tools/testenv (on sys.path through tests/conftest.py)
+    return round(slowdown.limit(idle_seconds) * 1000)
+
 def site(tmp_path_factory) -> Path:
     """The built HTML: ``$ATTENTION_CLAIMS_SITE`` if set, else this test run's private build of the
     book (tests/site_build.py: one build shared with the claims-index and PDF tests)."""
@@ -199,10 +206,10 @@ async def _visit(page, site: Path, server: str, path: str, report: PageReport, e
     """Open one page and record what it shows; the landing page, chapter 1 and the search page
     get their extra checks (screenshots, dark mode, a query) on the same visit."""
     query = f"?q={SEARCH_WORD}" if path == "search.html" else ""
-    await page.goto(server + path + query, wait_until="load")
+    await page.goto(server + path + query, wait_until="load", timeout=_ms(30))
     if REFRESH.search((site / path).read_text(encoding="utf-8", errors="replace")):
         # A redirect page (index.html): wait for the browser to follow it.
-        await page.wait_for_url(lambda url: url != server + path, timeout=10_000)
+        await page.wait_for_url(lambda url: url != server + path, timeout=_ms(10))
         await page.wait_for_load_state("load")
         report.redirect = page.url[len(server):]
         await page.evaluate(PAGE_FACTS)   # let the target settle (MathJax, fonts) before moving on
@@ -216,7 +223,7 @@ async def _visit(page, site: Path, server: str, path: str, report: PageReport, e
         # The query the search box submits: results appear once the index is loaded.
         try:
             await page.wait_for_function("document.querySelectorAll('#search-results li').length > 0",
-                                         timeout=10_000)
+                                         timeout=_ms(10))
         except Exception:   # a timeout: no result, asserted by the test
             pass
         extras["search_results"] = await page.locator("#search-results li").count()
@@ -229,7 +236,7 @@ async def _visit(page, site: Path, server: str, path: str, report: PageReport, e
         await page.screenshot(path=str(ARTEFACTS / "chapter.png"))
         # Dark mode: the theme follows the reader's preference.
         await page.emulate_media(color_scheme="dark")
-        await page.wait_for_function("document.documentElement.dataset.theme === 'dark'", timeout=5_000)
+        await page.wait_for_function("document.documentElement.dataset.theme === 'dark'", timeout=_ms(5))
         extras["dark_figures"] = await page.evaluate(DARK_FIGURES)
         await page.screenshot(path=str(ARTEFACTS / "chapter-dark.png"))
         await page.emulate_media(color_scheme="light")
@@ -630,7 +637,7 @@ async def _layout_crawl(playwright_api, server: str, pages: list[str]) -> dict[t
                 if cdp is not None:
                     await cdp.send("Network.setCacheDisabled", {"cacheDisabled": chapter})
                 requests.clear()
-                await page.goto(server + path, wait_until="load")
+                await page.goto(server + path, wait_until="load", timeout=_ms(30))
                 facts[(width, path)] = await page.evaluate(LAYOUT_FACTS)
                 if chapter:
                     await page.wait_for_load_state("networkidle")
@@ -784,7 +791,7 @@ async def _click_toggles(playwright_api, server: str, path: str) -> dict:
         browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=args, headless=True)
         for width in WIDTHS:
             page = await browser.new_page(viewport={"width": width, "height": 900})
-            await page.goto(server + path, wait_until="load")
+            await page.goto(server + path, wait_until="load", timeout=_ms(30))
             await page.wait_for_load_state("networkidle")
             for which in ("primary", "secondary"):
                 button = page.locator(f".{which}-toggle").locator("visible=true")
@@ -854,7 +861,7 @@ async def _pick_a_section(playwright_api, server: str, path: str, width: int) ->
     async with playwright_api.async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=args, headless=True)
         page = await browser.new_page(viewport={"width": width, "height": 800})
-        await page.goto(server + path, wait_until="load")
+        await page.goto(server + path, wait_until="load", timeout=_ms(30))
         await page.wait_for_load_state("networkidle")
         await page.locator(".secondary-toggle").locator("visible=true").first.click()
         await page.wait_for_timeout(400)

@@ -38,6 +38,12 @@ pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="no Chromium at /u
 
 
 @pytest.fixture(scope="module")
+
+def _ms(idle_seconds: float) -> int:
+    """A Playwright time limit in milliseconds: the idle budget scaled by the machine's load."""
+    import slowdown    # tools/testenv (on sys.path through tests/conftest.py)
+    return round(slowdown.limit(idle_seconds) * 1000)
+
 def site(tmp_path_factory) -> Path:
     return site_build.built_site(tmp_path_factory)   # one build per test run (tests/site_build.py)
 
@@ -117,6 +123,7 @@ async def _measure(site: Path) -> dict:
             for width in (DESKTOP, PHONE):
                 context = await browser.new_context(viewport={"width": width, "height": 900}, color_scheme="light")
                 page = await context.new_page()
+                page.set_default_timeout(_ms(30))   # load-scaled (tools/testenv/slowdown.py)
                 await page.goto(base + "book/claims.html", wait_until="load")
                 facts[("index", width)] = await page.evaluate(MEASURE)
                 await page.screenshot(path=str(shots / f"claims-index-{width}.png"))
@@ -135,6 +142,7 @@ async def _measure(site: Path) -> dict:
             for width in PHONES:        # every table fits its column: the landing page, a chapter's
                 context = await browser.new_context(viewport={"width": width, "height": 800}, color_scheme="light")
                 page = await context.new_page()
+                page.set_default_timeout(_ms(30))   # load-scaled (tools/testenv/slowdown.py)
                 for path in ("index.html", "notebooks/02-linear-layers.html", "notebooks/08-training.html"):
                     await page.goto(base + path, wait_until="load")
                     await page.wait_for_function("document.documentElement.dataset.mathFitted === 'yes'")
@@ -145,6 +153,7 @@ async def _measure(site: Path) -> dict:
             # print: the folds open (Chromium ≥ 131 prints ::details-content as styled for print)
             context = await browser.new_context(viewport={"width": DESKTOP, "height": 900})
             page = await context.new_page()
+            page.set_default_timeout(_ms(30))   # load-scaled (tools/testenv/slowdown.py)
             await page.goto(base + CHAPTERS[1] + ".html", wait_until="load")
             await page.emulate_media(media="print")
             facts["print"] = await page.evaluate(
@@ -323,6 +332,7 @@ async def _move(site: Path) -> dict:
             browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
                                                        args=[*CHROMIUM_ARGS, f"--proxy-server={base.rstrip('/')}"])
             page = await browser.new_page(viewport={"width": 390, "height": 900})
+            page.set_default_timeout(_ms(30))   # load-scaled (tools/testenv/slowdown.py)
             page.set_default_timeout(120_000)
             weight: dict = {}
             page.on("response", lambda r: r.url.endswith("interactive.js") and weight.setdefault("js", r.url))
