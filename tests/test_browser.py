@@ -99,14 +99,14 @@ pytestmark = pytest.mark.skipif(
 # Build and serve
 # ------------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-
 def _ms(idle_seconds: float) -> int:
     """A Playwright time limit in milliseconds: the idle budget scaled by the machine's load
     (tools/testenv/slowdown.py), so that a loaded CI runner does not fail a page for being slow."""
     import slowdown    # tools/testenv (on sys.path through tests/conftest.py)
     return round(slowdown.limit(idle_seconds) * 1000)
 
+
+@pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     """The built HTML: ``$ATTENTION_CLAIMS_SITE`` if set, else this test run's private build of the
     book (tests/site_build.py: one build shared with the claims-index and PDF tests)."""

@@ -37,13 +37,13 @@ playwright_api = pytest.importorskip("playwright.async_api")
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="no Chromium at /usr/bin/chromium")
 
 
-@pytest.fixture(scope="module")
-
 def _ms(idle_seconds: float) -> int:
     """A Playwright time limit in milliseconds: the idle budget scaled by the machine's load."""
     import slowdown    # tools/testenv (on sys.path through tests/conftest.py)
     return round(slowdown.limit(idle_seconds) * 1000)
 
+
+@pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     return site_build.built_site(tmp_path_factory)   # one build per test run (tests/site_build.py)
 
