@@ -240,6 +240,33 @@ def test_a_plausible_bug_moves_a_text_verdict(stored, claim_id):
     assert claim_id in moved, (claim_id, verdicts[claim_id], base[claim_id])
 
 
+# E2 on text is not established for two independent reasons (post-LN does not learn the text at
+# depth 8; the gain at depth 4 is undecided), so no single bug can move its verdict. Each reason is
+# guarded by its own check instead: a bug aimed at one must flip that check.
+E2_MUTATIONS = {
+    # the "learns" check read on a ReLU placement instead of post-LN: it would pass at depth 8
+    # and hide that the baseline never learned
+    "learns check on the wrong setting": (
+        ("    t_learns(t2, base)\n", "    t_learns(t2, pair[1])\n"),
+        lambda name: "learns the text" in name and "depth 8" in name),
+    # the gain taken the wrong way round (post-LN − ReLU): depth 8's large gain turns into a loss
+    "gain the wrong way round": (
+        ("    gains = {v: t_gain(base, v) for v in pair}", "    gains = {v: t_gain(v, base) for v in pair}"),
+        lambda name: name.startswith("the larger ReLU gain over post, depth 8") and name.endswith(("t lower end", "t upper end"))),
+}
+
+
+@pytest.mark.parametrize("bug", sorted(E2_MUTATIONS))
+def test_a_plausible_bug_flips_the_e2_text_check_that_guards_it(stored, bug):
+    replace, targeted = E2_MUTATIONS[bug]
+    _, evidence = run_text(replace)
+    _, base = stored
+    before = [(c.bears_on, c.passed) for c in base["E2"].checks if targeted(c.name)]
+    after = [(c.bears_on, c.passed) for c in evidence["E2"].checks if targeted(c.name)]
+    assert before, f"no E2 text check matches the mutation's target ({bug})"
+    assert after != before, (bug, before, after)
+
+
 def test_a_nan_loss_cannot_pass_a_text_check():
     # every run read as diverged (its losses and logits NaN): no text verdict survives
     verdicts, _ = run_text(("t_pilot, t_data = text_results.load()\n",
