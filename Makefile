@@ -163,10 +163,12 @@ experiments: $(STAMP)
 
 # Chapter 8 on text (data/experiments/text/amendment-1.toml): the pilot that fixes delta, then 19
 # settings x 10 seeds of a character-level model on Shakespeare (about 75 CPU-minutes; the time of
-# the last run is in chapter 8): data/experiments/text/{pilot,comparisons}.json.
+# the last run is in chapter 8): data/experiments/text/{pilot,comparisons}.json; then amendment 2's
+# learning-rate neighbours of the text decisions (140 runs, about 30 CPU-minutes): text/grid.json.
 experiments-text: $(STAMP)
 	$(RUN) $(BIN)/python tools/run_experiments.py --jobs $(JOBS) --text-pilot $(EXPERIMENTS_ARGS)
 	$(RUN) $(BIN)/python tools/run_experiments.py --jobs $(JOBS) --text $(EXPERIMENTS_ARGS)
+	$(RUN) $(BIN)/python tools/run_experiments.py --jobs $(JOBS) --text-grid $(EXPERIMENTS_ARGS)
 
 # The robustness grid of plan amendment 2 around every stored choice (learning-rate neighbours at the
 # plan's budget, budgets 2 and 4 x): data/experiments/robust/.

@@ -429,6 +429,7 @@ def anchor(args) -> int:
 
 
 TEXT_AMENDMENT = ROOT / "data" / "experiments" / "text" / "amendment-1.toml"
+TEXT_GRID = ROOT / "data" / "experiments" / "text" / "amendment-2.toml"
 _TEXT: dict = {}          # the corpus and settings, loaded once before the workers fork
 
 
@@ -518,6 +519,42 @@ def text_comparisons(args) -> int:
     return 0
 
 
+def text_grid(args) -> int:
+    """The learning-rate neighbours of the text decisions (data/experiments/text/amendment-2.toml):
+    every setting the grid names, at amendment 1's learning rate times each factor, on the comparison
+    seeds at amendment 1's budget; writes text/grid.json (runs keyed ``"<setting> @ lr x <factor>"``)."""
+    from dataclasses import replace
+
+    from attnref.training import text, text_results
+
+    plan_file, amendment_file, grid_file = Path(args.text_plan), Path(args.text_amendment), Path(args.text_grid_amendment)
+    plan, amendment, grid = ex.load_plan(plan_file), ex.load_plan(amendment_file), ex.load_plan(grid_file)["grid"]
+    corpus = text.Corpus.load(plan["corpus"]["validation_plays"])
+    base = text.text_settings(amendment)
+    settings = {}
+    for name in grid["settings"]:
+        for factor in grid["lr_factors"]:
+            run_ = replace(base[name], lr=base[name].lr * factor)
+            if args.steps:   # a smoke test, not the book's data
+                run_ = replace(run_, steps=args.steps, checkpoints=tuple(c for c in run_.checkpoints if c < args.steps))
+            settings[text_results.grid_name(name, factor)] = run_
+    _TEXT.update(corpus=corpus, settings=settings)
+    start = time.perf_counter()
+    jobs = [(name, seed) for name in settings for seed in amendment["design"]["comparison_seeds"]]
+    lo, k = _shard(args.shard)
+    runs = _text_train(jobs[lo::k], "text learning-rate grid", args.jobs)
+    data = {**_text_header(plan_file, amendment_file, corpus), "grid_amendment_sha256": ex.plan_hash(grid_file),
+            "lr_factors": list(grid["lr_factors"]), "lr": {n: r.lr for n, r in settings.items()},
+            "shard": args.shard or "0/1", "runs": runs, "run_seconds": round(time.perf_counter() - start, 1),
+            "cpu_seconds": round(sum(r["cpu_seconds"] for s in runs.values() for r in s.values()), 1)}
+    target = Path(args.text_out) / "grid.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"wrote {target}: {len(jobs[lo::k])} runs in {data['run_seconds'] / 60:.1f} min, "
+          f"{data['cpu_seconds'] / 60:.1f} CPU-min (load {os.getloadavg()[0]:.1f})")
+    return 0
+
+
 def main(argv=None) -> int:
     global DEVICE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -542,6 +579,9 @@ def main(argv=None) -> int:
                         help="the text comparisons of data/experiments/text/amendment-1.toml (writes --out/comparisons.json)")
     parser.add_argument("--text-out", default=str(TEXT_PLAN.parent), help="where --text and --text-pilot write")
     parser.add_argument("--text-pilot", action="store_true", help="the text pilot that fixes delta (writes --out/pilot.json)")
+    parser.add_argument("--text-grid", action="store_true",
+                        help="the learning-rate neighbours of the text decisions (text/amendment-2.toml; writes --text-out/grid.json)")
+    parser.add_argument("--text-grid-amendment", default=str(TEXT_GRID))
     parser.add_argument("--robust", action="store_true",
                         help="the robustness grid of the plan's amendment 2 around the stored choices (writes --out)")
     args = parser.parse_args(argv)
@@ -560,6 +600,8 @@ def main(argv=None) -> int:
         return robust(args)
     if args.anchor:
         return anchor(args)
+    if args.text_grid:
+        return text_grid(args)
     if args.text or args.text_pilot:
         return text_comparisons(args)
     return run(args)

@@ -20,6 +20,7 @@ from attnref.training.results import StaleData, _data_directory
 
 TEXT = "text"
 AMENDMENT = "amendment-1.toml"
+GRID_AMENDMENT = "amendment-2.toml"      # the learning-rate neighbours of the text decisions
 
 
 def directory(root: Path | str | None = None) -> Path:
@@ -51,6 +52,37 @@ def load(root: Path | str | None = None) -> tuple[dict, dict]:
     if pilot["corpus_sha256"] != comparisons["corpus_sha256"]:
         raise StaleData("the text pilot and comparisons were trained on different corpora")
     return pilot, comparisons
+
+
+def grid_name(setting: str, factor: float) -> str:
+    """The key of ``setting`` trained at amendment 1's learning rate times ``factor`` in grid.json."""
+    return f"{setting} @ lr x {factor:g}"
+
+
+def grid_amendment(root: Path | str | None = None) -> dict:
+    return ex.load_plan(directory(root) / GRID_AMENDMENT)["grid"]
+
+
+def load_grid(root: Path | str | None = None) -> dict | None:
+    """The learning-rate grid of amendment 2 (``grid.json``), checked like :func:`load`; None if it
+    was not run (the page then says so and the decisions' grid checks fail)."""
+    from attnref.training import text
+
+    where = directory(root)
+    path = where / "grid.json"
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    if data.get("grid_amendment_sha256") != ex.plan_hash(where / GRID_AMENDMENT):
+        raise StaleData(f"{path} was made under another grid amendment than {GRID_AMENDMENT}: run `make experiments-text`")
+    if data.get("amendment_sha256") != ex.plan_hash(where / AMENDMENT):
+        raise StaleData(f"{path} was made under another text amendment than {AMENDMENT}: run `make experiments-text`")
+    if data.get("text_code_hash") != text.code_hash():
+        raise StaleData(f"{path} was made by other text-experiment code: run `make experiments-text`")
+    comparisons = where / "comparisons.json"
+    if comparisons.exists() and json.loads(comparisons.read_text())["corpus_sha256"] != data["corpus_sha256"]:
+        raise StaleData("the text grid and comparisons were trained on different corpora")
+    return data
 
 
 def losses(data: dict, setting: str, step: int | None = None, seeds=None) -> list[float]:
