@@ -9,7 +9,15 @@
 // (data-value; D1 also data-values) with Python's, or with the notebook's stored numbers.
 (function () {
   "use strict";
-  var W = 460, H = 250, PAD = {l: 72, r: 14, t: 12, b: 40};
+  // The plot is drawn in CSS pixels at the width the page shows it (the viewBox is the SVG's displayed
+  // width, redrawn when that changes), so its text keeps its real size while the plot shrinks on a
+  // phone: never below MIN_PX (9 CSS points, attnref.book.plotting.MIN_DISPLAYED_PT, with a margin), and
+  // on a laptop as large as the 460-unit design scaled to the page (12 and 13 units). Ticks, labels
+  // and the legend are laid out from their measured widths: an axis label wraps to its axis, a middle
+  // tick that would touch its neighbours is left out, and a legend too wide for a corner of the plot
+  // goes below it, wrapping. tests/test_browser_claims.py measures every text at 360, 390 and 1400 px.
+  var BASE_W = 460, BASE_PLOT_H = 198, MIN_PX = 12.5, NARROW = 420, LINE = 1.25;
+  var COLOURS = ["#0072B2", "#D55E00", "#009E73"];
 
   function logspace(a, b, k) {
     var out = [];
@@ -32,9 +40,45 @@
     Object.keys(attrs || {}).forEach(function (k) { el.setAttribute(k, attrs[k]); });
     return el;
   }
+  // The widths of texts at a font size, measured in the SVG (an estimate when it is not rendered).
+  function measurer(svg) {
+    var probe = svgEl("text", {x: 0, y: -1000, visibility: "hidden"});
+    svg.appendChild(probe);
+    var width = function (text, size) {
+      probe.setAttribute("font-size", size);
+      probe.textContent = text;
+      var w = text ? probe.getComputedTextLength() : 0;
+      return w > 0 || !text ? w : 0.6 * size * text.length;
+    };
+    width.done = function () { svg.removeChild(probe); };
+    return width;
+  }
+  // Greedy line breaking of a text at spaces into lines no wider than room (a longer word keeps its line).
+  function wrap(text, size, room, width) {
+    var lines = [];
+    String(text).split(" ").forEach(function (word) {
+      var last = lines.length - 1;
+      if (last >= 0 && width(lines[last] + " " + word, size) <= room) { lines[last] += " " + word; } else { lines.push(word); }
+    });
+    return lines;
+  }
+  // Text lines, one svg <text> each; rotated -90° about (x, y) when vertical.
+  function lines(svg, texts, x, y, attrs, dx, dy, vertical) {
+    texts.forEach(function (line, i) {
+      var a = {x: x + i * dx, y: y + i * dy};
+      Object.keys(attrs).forEach(function (k) { a[k] = attrs[k]; });
+      if (vertical) { a.transform = "rotate(-90 " + a.x + " " + a.y + ")"; }
+      var t = svgEl("text", a);
+      t.textContent = line;
+      svg.appendChild(t);
+    });
+  }
   // A line plot: series [{name, xs, ys, color}], a marker {x, y}; log axes where asked.
   function plot(svg, spec) {
     while (svg.firstChild) { svg.removeChild(svg.firstChild); }
+    var W = svg.getBoundingClientRect().width || BASE_W, k = W / BASE_W;
+    var tick = Math.max(MIN_PX, 12 * k), big = Math.max(MIN_PX + 0.5, 13 * k), gap = Math.max(4, 4 * k);
+    var width = measurer(svg), narrow = W < NARROW;
     var xs = [], ys = [];
     spec.series.forEach(function (s) { xs = xs.concat(s.xs); ys = ys.concat(s.ys); });
     var tx = spec.logx ? Math.log10 : function (v) { return v; };
@@ -47,48 +91,89 @@
     var y0 = spec.ymin !== undefined ? ty(spec.ymin) : Math.min.apply(null, ys.map(ty));
     var y1 = spec.ymax !== undefined ? ty(spec.ymax) : Math.max.apply(null, ys.map(ty));
     if (y1 - y0 < 1e-12) { y1 = y0 + 1; }
-    var px = function (v) { return PAD.l + (tx(v) - x0) / (x1 - x0) * (W - PAD.l - PAD.r); };
-    var py = function (v) { return H - PAD.b - (ty(v) - y0) / (y1 - y0) * (H - PAD.t - PAD.b); };
-    svg.appendChild(svgEl("rect", {x: PAD.l, y: PAD.t, width: W - PAD.l - PAD.r, height: H - PAD.t - PAD.b,
-      fill: "none", stroke: "#999"}));
-    [0, 0.5, 1].forEach(function (f) {   // three ticks per axis
-      var xv = spec.logx ? Math.pow(10, x0 + f * (x1 - x0)) : x0 + f * (x1 - x0);
-      var yv = spec.logy ? Math.pow(10, y0 + f * (y1 - y0)) : y0 + f * (y1 - y0);
-      var t = svgEl("text", {x: px(xv), y: H - PAD.b + 16, "text-anchor": ["start", "middle", "end"][2 * f], "font-size": 12});
-      t.textContent = fmt(xv); svg.appendChild(t);
-      t = svgEl("text", {x: PAD.l - 4, y: py(yv) + 4, "text-anchor": "end", "font-size": 12});
-      t.textContent = fmt(yv); svg.appendChild(t);
-    });
-    var xl = svgEl("text", {x: (W + PAD.l) / 2, y: H - 4, "text-anchor": "middle", "font-size": 13});
-    xl.textContent = spec.xlabel; svg.appendChild(xl);
-    var yl = svgEl("text", {x: 12, y: (H - PAD.b) / 2, "text-anchor": "middle", "font-size": 13,
-      transform: "rotate(-90 12 " + (H - PAD.b) / 2 + ")"});
-    yl.textContent = spec.ylabel; svg.appendChild(yl);
-    (spec.hlines || []).forEach(function (h) {   // a reference level, dotted, labelled at its left end
-      svg.appendChild(svgEl("line", {x1: PAD.l, x2: W - PAD.r, y1: py(h.y), y2: py(h.y), stroke: "#666",
-        "stroke-dasharray": "2 3"}));
-      var t = svgEl("text", {x: PAD.l + 4, y: py(h.y) - 4, "font-size": 12, fill: "#666"});
-      t.textContent = h.label; svg.appendChild(t);
-    });
-    spec.series.forEach(function (s, k) {
-      var pen = "M", d = [];
-      s.xs.forEach(function (x, i) {   // a null value (NaN in the notebook) breaks the line
-        if (s.ys[i] === null) { pen = "M"; return; }
-        d.push(pen + px(x).toFixed(1) + " " + py(s.ys[i]).toFixed(1)); pen = "L";
+    var at = function (f, lo, hi, log) { return log ? Math.pow(10, lo + f * (hi - lo)) : lo + f * (hi - lo); };
+    var ticks = [0, 0.5, 1];                                   // three ticks per axis, fewer if they would touch
+    var yText = ticks.map(function (f) { return fmt(at(f, y0, y1, spec.logy)); });
+    var xText = ticks.map(function (f) { return fmt(at(f, x0, x1, spec.logx)); });
+    // the layout, from the outside in: y label, y ticks | plot | right margin; x ticks, x label, legend
+    var plotH = Math.max(150, BASE_PLOT_H * k);
+    var yLabel = wrap(spec.ylabel, big, plotH, width);
+    var yTickW = Math.max.apply(null, yText.map(function (t) { return width(t, tick); }));
+    var pad = {t: Math.max(12 * k, 0.7 * tick + 2), r: Math.max(8, 14 * k)};
+    pad.l = 2 + big * (1.3 + (yLabel.length - 1) * LINE) + gap + yTickW + gap;
+    var plotW = W - pad.l - pad.r;
+    var xLabel = wrap(spec.xlabel, big, plotW, width);
+    var names = spec.legend === false ? [] : spec.series.map(function (s) { return s.name || ""; });
+    var key = 2.2 * tick;                                      // a legend entry: a stroke of the curve, then its name
+    var entryW = names.map(function (n) { return key + width(n, tick); });
+    var inside = !narrow && names.length && Math.max.apply(null, entryW) <= 0.6 * plotW;
+    var rows = [];                                             // below the plot: entries flow into rows
+    if (names.length && !inside) {
+      names.forEach(function (n, i) {
+        var row = rows[rows.length - 1];
+        if (row && row.w + 1.2 * tick + entryW[i] <= W - 2 * gap) { row.items.push(i); row.w += 1.2 * tick + entryW[i]; }
+        else { rows.push({items: [i], w: entryW[i]}); }
       });
-      var attrs = {d: d.join(" "), fill: "none", stroke: s.color || ["#0072B2", "#D55E00", "#009E73"][k % 3],
-        "stroke-width": 2, "class": "curve"};
+    }
+    var xTickBase = pad.t + plotH + gap + tick;
+    var xLabelBase = xTickBase + 0.3 * tick + big * LINE;
+    var legendBase = xLabelBase + (xLabel.length - 1) * big * LINE + 0.3 * big + tick * LINE;
+    var H = (rows.length ? legendBase + (rows.length - 1) * tick * LINE : xLabelBase + (xLabel.length - 1) * big * LINE) + 0.4 * big;
+    svg.setAttribute("viewBox", "0 0 " + W.toFixed(2) + " " + H.toFixed(2));
+    var px = function (v) { return pad.l + (tx(v) - x0) / (x1 - x0) * plotW; };
+    var py = function (v) { return pad.t + plotH - (ty(v) - y0) / (y1 - y0) * plotH; };
+    svg.appendChild(svgEl("rect", {x: pad.l, y: pad.t, width: plotW, height: plotH, fill: "none", stroke: "#999"}));
+    var xw = xText.map(function (t) { return width(t, tick); });
+    var keepMiddle = pad.l + xw[0] + 2 * gap <= pad.l + plotW / 2 - xw[1] / 2 &&
+      pad.l + plotW / 2 + xw[1] / 2 + 2 * gap <= pad.l + plotW - xw[2];
+    ticks.forEach(function (f, i) {
+      if (i === 1 && !keepMiddle) { return; }
+      var t = svgEl("text", {x: pad.l + f * plotW, y: xTickBase, "text-anchor": ["start", "middle", "end"][i], "font-size": tick});
+      t.textContent = xText[i]; svg.appendChild(t);
+      t = svgEl("text", {x: pad.l - gap, y: pad.t + (1 - f) * plotH + 0.35 * tick, "text-anchor": "end", "font-size": tick});
+      t.textContent = yText[i]; svg.appendChild(t);
+    });
+    lines(svg, xLabel, pad.l + plotW / 2, xLabelBase, {"text-anchor": "middle", "font-size": big}, 0, big * LINE, false);
+    var yMid = pad.t + plotH / 2;
+    lines(svg, yLabel, 2 + big, yMid, {"text-anchor": "middle", "font-size": big}, big * LINE, 0, true);
+    (spec.hlines || []).forEach(function (h) {   // a reference level, dotted, labelled at its left end
+      svg.appendChild(svgEl("line", {x1: pad.l, x2: pad.l + plotW, y1: py(h.y), y2: py(h.y), stroke: "#666",
+        "stroke-dasharray": "2 3"}));
+      var said = wrap(h.label, tick, plotW - 2 * gap, width);
+      lines(svg, said, pad.l + gap, py(h.y) - gap - (said.length - 1) * tick * LINE, {"font-size": tick, fill: "#666"},
+        0, tick * LINE, false);
+    });
+    var colour = function (s, i) { return s.color || COLOURS[i % COLOURS.length]; };
+    var entry = function (i, x, y) {   // a legend entry whose stroke starts at x, text baseline y
+      var s = spec.series[i], line = {x1: x, x2: x + key - 0.5 * tick, y1: y - 0.35 * tick, y2: y - 0.35 * tick,
+        stroke: colour(s, i), "stroke-width": 2.5, "class": "legend-key"};
+      if (s.dash) { line["stroke-dasharray"] = s.dash; }
+      svg.appendChild(svgEl("line", line));
+      var t = svgEl("text", {x: x + key, y: y, "font-size": tick});
+      t.textContent = names[i]; svg.appendChild(t);
+    };
+    spec.series.forEach(function (s, i) {
+      var pen = "M", d = [];
+      s.xs.forEach(function (x, j) {   // a null value (NaN in the notebook) breaks the line
+        if (s.ys[j] === null) { pen = "M"; return; }
+        d.push(pen + px(x).toFixed(1) + " " + py(s.ys[j]).toFixed(1)); pen = "L";
+      });
+      var attrs = {d: d.join(" "), fill: "none", stroke: colour(s, i), "stroke-width": 2, "class": "curve"};
       if (s.dash) { attrs["stroke-dasharray"] = s.dash; }
       svg.appendChild(svgEl("path", attrs));
-      if (spec.legend === false) { return; }   // the figure names its curves below the plot
-      var label = svgEl("text", {x: W - PAD.r - 4, y: PAD.t + 16 + 15 * k, "text-anchor": "end", "font-size": 12,
-        fill: s.color || ["#0072B2", "#D55E00", "#009E73"][k % 3]});
-      label.textContent = s.name || ""; svg.appendChild(label);
+      if (inside) {   // the upper right corner of the plot, one entry a line, their strokes aligned
+        entry(i, pad.l + plotW - gap - Math.max.apply(null, entryW), pad.t + gap + tick + tick * LINE * i);
+      }
+    });
+    rows.forEach(function (row, r) {   // below the x label, centred under the plot
+      var x = Math.max(gap, Math.min(pad.l + plotW / 2 - row.w / 2, W - gap - row.w));
+      row.items.forEach(function (i) { entry(i, x, legendBase + r * tick * LINE); x += entryW[i] + 1.2 * tick; });
     });
     (spec.marker ? [spec.marker] : spec.markers || []).forEach(function (m) {
       svg.appendChild(svgEl("circle", {cx: px(m.x), cy: py(m.y), r: 5, fill: m.color || "#000", stroke: "#000",
         "class": "marker"}));
     });
+    width.done();
   }
   function softmax(z) {
     var m = Math.max.apply(null, z), e = z.map(function (v) { return Math.exp(v - m); });
@@ -261,7 +346,7 @@
     var controls = document.createElement("div");
     controls.className = "interactive-controls";
     box.appendChild(controls);
-    var svg = svgEl("svg", {viewBox: "0 0 " + W + " " + H, role: "img"});
+    var svg = svgEl("svg", {viewBox: "0 0 " + BASE_W + " 250", role: "img"});
     box.appendChild(svg);
     var out = document.createElement("p");
     out.className = "interactive-value";
@@ -323,8 +408,15 @@
       label.appendChild(shown);
       controls.appendChild(label);
     });
+    box.hidden = false;   // shown first: the plot is laid out at the width the page gives it
     redraw();
-    box.hidden = false;
+    var drawnAt = svg.getBoundingClientRect().width;
+    var again = function () {   // a new width (a phone turned, a window resized) or the page's fonts loaded
+      var w = svg.getBoundingClientRect().width;
+      if (w > 0 && Math.abs(w - drawnAt) > 0.5) { drawnAt = w; redraw(); }
+    };
+    if (window.ResizeObserver) { new ResizeObserver(again).observe(svg); } else { window.addEventListener("resize", again); }
+    if (document.fonts && document.fonts.ready) { document.fonts.ready.then(function () { drawnAt = -1; again(); }); }
   }
   function start() {
     document.querySelectorAll(".interactive-figure[data-figure]").forEach(build);
