@@ -340,3 +340,30 @@ def test_an_equation_number_leaves_a_wide_display_the_column(phone: dict) -> Non
     sideways = {p: f"{f['page_scroll_width']} px" for p, f in phone["pages"].items()
                 if f["page_scroll_width"] > f["page_width"]}
     assert not sideways, f"pages that scroll sideways at {PHONE} px: {sideways}"
+
+
+#: Prose displays allowed to scroll sideways at 360 px: page -> {equation label: why it cannot be
+#: broken into lines}. Empty: every display of the prose is broken into lines that fit.
+SCROLLING_DISPLAYS_ALLOWED: dict[str, dict[str, str]] = {}
+
+
+def test_no_displayed_formula_of_the_prose_scrolls_sideways_at_360_px(phone: dict) -> None:
+    """Fails if a displayed formula of the prose (``div.math`` outside cell outputs) is wider
+    than its column at 360 px even after book.js has fitted it (its number moved above it, the
+    display shrunk to at most ``MIN_SCALE_PHONE``, 68 %): a display written on one line, as 31 of
+    87 were before issue 36 item 5 (392-850 px wide in 229-328 px columns), an ``aligned`` block
+    joined back into one line, or book.js's shrinking of displays on a phone removed."""
+    facts = phone["pages"]
+    # The measurement saw the book's formulas typeset: every page loaded MathJax, and the
+    # chapters' displays were found (an untypeset display has no box and would count as fitting).
+    assert sum(f["displays"] for f in facts.values()) > 80, {p: f["displays"] for p, f in facts.items()}
+    loaded = {load["page"] for load in phone["mathjax"]}
+    assert loaded == set(facts), f"pages without MathJax: {sorted(set(facts) - loaded)}"
+    unknown = set(SCROLLING_DISPLAYS_ALLOWED) - set(facts)
+    assert not unknown, f"the allow-list names pages the site does not have: {sorted(unknown)}"
+    scrolling = {path: f"{f['scrolling']} of {f['displays']} displays scroll"
+                 for path, f in facts.items()
+                 if f["scrolling"] > len(SCROLLING_DISPLAYS_ALLOWED.get(path, {}))}
+    assert not scrolling, (
+        f"displayed formulas of the prose that scroll sideways at {PHONE} px (break them into "
+        f"aligned lines, or allow-list them with the reason): {scrolling}")
