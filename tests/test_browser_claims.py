@@ -5,7 +5,10 @@ edge inside the article, every model column on screen) and turns into stacked ca
 (nothing wider than the viewport, so no sideways scroll); every chapter page shows its verdict
 table right after its title; the evidence tables of the verdict boxes are folded (closed
 ``<details>`` whose summary reads "n/n checks ✓", the ✓ column first) and print unfolded; the
-short-answers page has one card per source question. Screenshots of the three pages at both
+short-answers page has one card per source question; the figures a reader can move show the
+chapter's values as their controls move, and their text is readable on a phone (every SVG and HTML
+text at least ``plotting.MIN_DISPLAYED_PT`` at 360 and 390 px, no two texts overlapping, none
+outside the SVG, controls at least 24 px high). Screenshots of the three pages at both
 widths go to ``_build/browser-claims/`` (or ``$ATTENTION_CLAIMS_SHOTS``).
 
 The site is ``$ATTENTION_CLAIMS_SITE`` if set, else a private build (as in ``test_browser.py``,
@@ -325,24 +328,75 @@ def expected_value(figure: str, s: dict) -> float:
     return float(fused - best)
 
 
+#: Every text of a movable figure as the reader sees it: its font size in CSS px times the SVG's
+#: scale (displayed size over viewBox), its box on the screen; pairs of texts whose boxes overlap;
+#: texts reaching out of the SVG's box; the HTML texts of the figure (title, controls, sentence) and
+#: the height of every control (a finger's tap target).
+TEXTS = """(figure) => {
+  const box = document.querySelector(`.interactive-figure[data-figure="${figure}"]`);
+  const svg = box.querySelector("svg"), s = svg.getBoundingClientRect(), vb = svg.viewBox.baseVal;
+  const scale = Math.min(s.width / vb.width, s.height / vb.height);
+  const texts = Array.from(svg.querySelectorAll("text")).map(t => {
+    const r = t.getBoundingClientRect();
+    return {text: t.textContent, px: parseFloat(getComputedStyle(t).fontSize) * scale,
+            left: r.left, right: r.right, top: r.top, bottom: r.bottom};
+  });
+  const overlaps = [];
+  texts.forEach((a, i) => texts.slice(i + 1).forEach(b => {
+    if (Math.min(a.right, b.right) - Math.max(a.left, b.left) > 0.5 &&
+        Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > 0.5) overlaps.push([a.text, b.text]);
+  }));
+  const outside = texts.filter(a => a.left < s.left - 0.5 || a.right > s.right + 0.5 ||
+                                    a.top < s.top - 0.5 || a.bottom > s.bottom + 0.5).map(a => a.text);
+  const html = Array.from(box.querySelectorAll("p, label, output, span")).filter(e => e.textContent.trim())
+    .map(e => ({text: e.textContent.trim().slice(0, 40), px: parseFloat(getComputedStyle(e).fontSize)}));
+  return {texts, overlaps, outside, html, svg: {width: s.width, height: s.height},
+          controls: Array.from(box.querySelectorAll("input")).map(i => ({name: i.name, height: i.getBoundingClientRect().height})),
+          scrollWidth: document.documentElement.scrollWidth};
+}"""
+#: The widths at which the movable figures' text is measured: a small phone, a common one, a laptop.
+TEXT_WIDTHS = (360, 390, DESKTOP)
+
+
 async def _move(site: Path) -> dict:
-    found: dict = {}
+    found: dict = {"texts": {}}
+    pages: dict = {}
+    for figure, (path, settings) in MOVABLE.items():
+        pages.setdefault(path, []).append(figure)
     with site_build.serve(site) as (base, _):
         async with playwright_api.async_playwright() as playwright:
             browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
                                                        args=[*CHROMIUM_ARGS, f"--proxy-server={base.rstrip('/')}"])
             page = await browser.new_page(viewport={"width": 390, "height": 900})
-            page.set_default_timeout(_ms(30))   # load-scaled (tools/testenv/slowdown.py)
-            page.set_default_timeout(120_000)
+            page.set_default_timeout(_ms(60))   # load-scaled (tools/testenv/slowdown.py); long pages
             weight: dict = {}
             page.on("response", lambda r: r.url.endswith("interactive.js") and weight.setdefault("js", r.url))
-            for figure, (path, settings) in MOVABLE.items():
+            for path, figures in pages.items():    # each page loaded once, its figures moved in turn
+                await page.set_viewport_size({"width": 390, "height": 900})
                 await page.goto(base + path, wait_until="load")
-                found[figure] = [await page.evaluate(MOVE, [figure, s]) for s in settings]
-                if figure in ("C5", "H4", "D1"):
-                    box = page.locator(f'.interactive-figure[data-figure="{figure}"]')
-                    await box.scroll_into_view_if_needed()
-                    await box.screenshot(path=str(_shots() / f"interactive-{figure}-390.png"))
+                await page.evaluate("document.fonts.ready.then(() => true)")
+                for figure in figures:
+                    found[figure] = []
+                    for setting in MOVABLE[figure][1]:
+                        found[figure].append(await page.evaluate(MOVE, [figure, setting]))
+                        if found[figure][-1] is not None:
+                            found["texts"][(figure, 390, len(found[figure]))] = await page.evaluate(TEXTS, figure)
+                    if figure in ("C5", "H4", "D1"):
+                        box = page.locator(f'.interactive-figure[data-figure="{figure}"]')
+                        await box.scroll_into_view_if_needed()
+                        await box.screenshot(path=str(_shots() / f"interactive-{figure}-390.png"))
+                # the same page turned into a smaller phone and a laptop: the plots redraw at their new width
+                for width in (360, DESKTOP):
+                    await page.set_viewport_size({"width": width, "height": 900})
+                    await page.evaluate("new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
+                    for figure in figures:
+                        for k, setting in enumerate(MOVABLE[figure][1] if width == 360 else MOVABLE[figure][1][:1]):
+                            if await page.evaluate(MOVE, [figure, setting]) is not None:
+                                found["texts"][(figure, width, k + 1)] = await page.evaluate(TEXTS, figure)
+                        if width == 360:
+                            box = page.locator(f'.interactive-figure[data-figure="{figure}"]')
+                            await box.scroll_into_view_if_needed()
+                            await box.screenshot(path=str(_shots() / f"interactive-{figure}-360.png"))
             await browser.close()
     found["js_bytes"] = (ROOT / "book" / "_ext" / "static" / "interactive.js").stat().st_size
     return found
@@ -398,3 +452,34 @@ def test_d1_adds_at_most_300_kb_to_its_page(moved) -> None:
     stored = sum(len("".join(o["data"]["text/html"]).encode()) for c in cells for o in c.get("outputs", [])
                  if 'data-figure="D1"' in "".join(o.get("data", {}).get("text/html", "")))
     assert 0 < stored and stored + moved["js_bytes"] <= 300_000, (stored, moved["js_bytes"])
+
+
+@pytest.mark.parametrize("width", TEXT_WIDTHS)
+@pytest.mark.parametrize("figure", list(MOVABLE))
+def test_movable_figure_text_is_readable_on_a_phone(moved, figure, width) -> None:
+    """Every text of a movable figure (ticks, axis labels, legend, reference labels; and the HTML
+    title, control names and sentence) shows at least plotting.MIN_DISPLAYED_PT CSS points (1 pt =
+    4/3 px) at 360 and 390 px, as the static figures do (tests/test_weight.py), and on a laptop;
+    no two texts of the plot overlap and none leaves the SVG's box; on a phone every control is a
+    tap target at least 24 px high; the page does not scroll sideways. Measured at each of the figure's three
+    settings on a phone (one on a laptop), the 360 px plots redrawn after the page was resized.
+    Fails if the plot is drawn in a fixed viewBox scaled to the column (its text then shrinks with
+    it: 5.9 pt at 360 px, 6.5 pt at 390 px), if an axis label is not wrapped to its axis (C2's x
+    label leaves the SVG at 360 px), if a legend stays inside a phone's plot or a middle tick is
+    kept where it touches its neighbours (texts overlap), or if the sliders keep Chromium's 16 px."""
+    from attnref.book import plotting
+    floor_px = plotting.MIN_DISPLAYED_PT * 4 / 3
+    measured = {k: v for k, v in moved["texts"].items() if k[0] == figure and k[1] == width}
+    assert len(measured) == (3 if width != DESKTOP else 1), f"{figure} at {width} px: measured {sorted(measured)}"
+    for (_, _, setting), f in sorted(measured.items()):
+        where = f"{figure} at {width} px, setting {setting}"
+        assert len(f["texts"]) >= 7, f"{where}: only {len(f['texts'])} texts (ticks and labels missing)"
+        small = [(t["text"], round(t["px"] * 3 / 4, 2)) for t in f["texts"] if not t["px"] >= floor_px]
+        assert not small, f"{where}: SVG text below {plotting.MIN_DISPLAYED_PT} pt: {small}"
+        small = [(t["text"], t["px"]) for t in f["html"] if not t["px"] >= floor_px]
+        assert not small, f"{where}: HTML text below {plotting.MIN_DISPLAYED_PT} pt: {small}"
+        assert not f["overlaps"], f"{where}: texts overlap: {f['overlaps']}"
+        assert not f["outside"], f"{where}: texts leave the SVG ({f['svg']}): {f['outside']}"
+        low = [c for c in f["controls"] if not c["height"] >= 24]
+        assert f["controls"] and (width == DESKTOP or not low), f"{where}: controls under 24 px high: {low}"
+        assert f["scrollWidth"] <= width, f"{where}: the page scrolls sideways ({f['scrollWidth']} px)"
