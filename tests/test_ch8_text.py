@@ -128,6 +128,40 @@ def test_text_results_made_under_another_amendment_are_refused(tmp_path):
         text_results.load(tmp_path)
 
 
+def test_the_text_grid_is_its_amendments_settings_learning_rates_and_seeds():
+    # amendment 2: every setting it names at amendment 1's learning rate times each factor, on the
+    # comparison seeds, otherwise as amendment 1 trained it (a neighbour at another budget or seed
+    # would not be a neighbour)
+    from dataclasses import replace
+
+    from attnref.training import text
+    grid = text_results.load_grid()
+    assert grid is not None, "data/experiments/text/grid.json is missing: run `make experiments-text`"
+    plan = text_results.grid_amendment()
+    amendment = text_results.amendment()
+    settings = text.text_settings(amendment)
+    want = {text_results.grid_name(s, f): replace(settings[s], lr=settings[s].lr * f)
+            for s in plan["settings"] for f in plan["lr_factors"]}
+    assert set(grid["runs"]) == set(want)
+    seeds = {str(s) for s in amendment["design"]["comparison_seeds"]}
+    for name, runs in grid["runs"].items():
+        assert set(runs) == seeds, name
+        for seed, record in runs.items():
+            config = json.loads(json.dumps(replace(want[name], seed=int(seed)).config()))
+            assert record["config"] == config, f"{name} seed {seed}: the configuration changed: run `make experiments-text`"
+
+
+def test_a_text_grid_made_under_another_grid_amendment_is_refused(tmp_path):
+    target = tmp_path / "text"
+    shutil.copytree(text_results.directory(), target)
+    if not (target / "grid.json").exists():
+        pytest.fail("data/experiments/text/grid.json is missing: run `make experiments-text`")
+    path = target / "amendment-2.toml"
+    path.write_text(path.read_text().replace("lr_factors = [0.3333333333333333, 3.0]", "lr_factors = [0.5, 2.0]"))
+    with pytest.raises(results.StaleData, match="another grid amendment"):
+        text_results.load_grid(tmp_path)
+
+
 def test_a_loss_difference_is_baseline_minus_treatment_paired_by_seed():
     _, data = text_results.load()
     base, treat = text_results.losses(data, "dot"), text_results.losses(data, "relu_qkv")
@@ -217,12 +251,14 @@ MUTATIONS = {
     # robustness check then compares a reading with itself
     "E1": ("at_b, at_half = t_gain(baseline, treatment), t_gain(baseline, treatment, T_HALF)",
            "at_b, at_half = t_gain(baseline, treatment), t_gain(baseline, treatment)"),
-    # E4: the scaled forms read against +δ instead of −δ ("as good" turned into "better")
-    "E4": ("t4_read = {v: t_reading(i, -T_DELTA) for v, i in t4_scaled.items()}",
-           "t4_read = {v: t_reading(i, T_DELTA) for v, i in t4_scaled.items()}"),
-    # E5: the difference taken the wrong way round (treatment − baseline)
-    "E5": ('t5_gain, t5_half = t_decide(t5, E5T["baseline"], E5T["treatment"], T_DELTA,',
-           't5_gain, t5_half = t_decide(t5, E5T["treatment"], E5T["baseline"], T_DELTA,'),
+    # E4: cosine at scale 1's learning-rate grid read against +δ instead of −δ (the "worse" reading
+    # then holds at every neighbour, and the decision would stand)
+    "E4": ('E4T["baseline"], E4T["treatment"], t4_gain, -T_DELTA)}',
+           'E4T["baseline"], E4T["treatment"], t4_gain, T_DELTA)}'),
+    # E5: the grid's treatment looked up under the baseline's name (a copy-paste slip): every
+    # neighbour's difference is 0, "no gain" everywhere, and the decision would stand
+    "E5": ("t_grid, text_results.grid_name(baseline, f), text_results.grid_name(treatment, f)), LEVEL)",
+           "t_grid, text_results.grid_name(baseline, f), text_results.grid_name(baseline, f)), LEVEL)"),
     # E6: the largest logit of the QK-norm model read for both (no growth can be seen)
     "E6": ('dot = text_results.attention(t_data, E6T["treatment"], "max_logit", step)',
            'dot = text_results.attention(t_data, E6T["baseline"], "max_logit", step)'),
@@ -238,6 +274,19 @@ def test_a_plausible_bug_moves_a_text_verdict(stored, claim_id):
     base, _ = stored
     moved = [e for e in TEXT_IDS if verdicts[e] != base[e]]
     assert claim_id in moved, (claim_id, verdicts[claim_id], base[claim_id])
+
+
+# amendment 2's grid check passing when one learning-rate neighbour agrees (any instead of all):
+# E4 and E5 would keep the decisions their neighbours do not support
+GRID_MUTATION = ("        all(r == now for r, _ in readings.values()), kind=claims.TRAINING,",
+                 "        any(r == now for r, _ in readings.values()), kind=claims.TRAINING,")
+
+
+@pytest.mark.parametrize("claim_id", ["E4", "E5"])
+def test_a_lenient_learning_rate_grid_moves_a_text_verdict(stored, claim_id):
+    verdicts, _ = run_text(GRID_MUTATION)
+    base, _ = stored
+    assert verdicts[claim_id] != base[claim_id], (claim_id, verdicts[claim_id])
 
 
 # E2 on text is not established for two independent reasons (post-LN does not learn the text at
