@@ -184,7 +184,7 @@ def run(args) -> int:
                            for lr in sorted(lr for (e_, j_, lr) in tuned if (e_, j_) == (e, j))],
                 "runs": [runs[(e, j, seed)] for seed in seeds],
             } for j, s in ss]}
-            data["run_seconds"] = round(time.perf_counter() - start, 1)
+            data["run_seconds"] = round(time.perf_counter() - start, 1)   # since this process began: cumulative over files
             path = out / f"{e.lower()}.json"
             path.write_text(json.dumps(data, indent=1) + "\n")
             tqdm.write(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path} "
