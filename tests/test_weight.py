@@ -255,7 +255,6 @@ def phone(site: Path, server: str) -> dict:
     return facts
 
 
-@pytest.mark.xfail(strict=True, reason="issue 36 item 6 is open: chapters 1, 4 and 5 decode 1.56 / 1.62 / 1.52 MB on a first visit (pydata-sphinx-theme.css, 397 kB, ships whole: trimming it broke the desktop header); remove this mark when every page is <= 1.5 MB")
 def test_every_page_weighs_at_most_1_5_mb_decoded_on_a_first_visit(site: Path, phone: dict) -> None:
     """Fails if a page's first visit decodes more than 1.5 MB: MathJax's full ``tex-chtml.js``
     (1.16 MB) or its es5 components (0.75 MB) instead of the book's bundle (0.45 MB), the themes'

@@ -28,7 +28,9 @@ do nothing here.
   need not be present, so they keep their selector, and so does any selector with an escaped
   character; at-rules other than ``@media``/``@supports``/``@layer``/``@container`` stay whole.
   The book's own stylesheets (``book/_ext/static``: print.css is read by tools/make_pdf.py, which
-  adds classes of its own) are left as they are, and so is pydata-sphinx-theme.css (see OWN_CSS).
+  adds classes of its own) are left as they are. The stylesheets as they were are kept in the
+  build's doctree folder (``UNPURGED``), and tests/test_lean_site.py shows pages with either and
+  compares the pixels: the purge changes nothing a reader sees.
 """
 
 from __future__ import annotations
@@ -102,11 +104,13 @@ def subset_icons(outdir: Path) -> None:
 NESTING_AT_RULES = ("@media", "@supports", "@layer", "@container")
 #: Pseudo-classes whose argument need not match for the selector to match.
 ARGUMENT_PSEUDO = re.compile(r":(?:not|is|where|has|matches|-webkit-any|-moz-any)\(")
-#: Stylesheets of the book itself (never purged), and pydata-sphinx-theme's: purged (397 -> 122 kB)
-#: it lost the sidebar's title and search field and the article header's buttons at 1400 px, for a
-#: reason not yet found (every selector naming them was kept): left whole until it is.
-OWN_CSS = {p.name for p in (Path(__file__).resolve().parent / "static").glob("*.css")} | {
-    "icons.css", "pydata-sphinx-theme.css"}
+#: Stylesheets of the book itself: never purged (print.css is read by tools/make_pdf.py, which
+#: adds classes of its own).
+OWN_CSS = {p.name for p in (Path(__file__).resolve().parent / "static").glob("*.css")} | {"icons.css"}
+#: Where the stylesheets are kept as they were before the purge: in the build's doctree folder
+#: (``_build/.doctrees``, never published), for tests/test_lean_site.py, which shows the pages with
+#: them and with the purged ones and compares what the browser draws.
+UNPURGED = "lean_site-unpurged"
 
 
 def css_items(css: str):
@@ -147,9 +151,21 @@ def css_items(css: str):
 
 
 def split_selectors(prelude: str) -> list[str]:
-    """A selector list split at its top-level commas (not those inside ``:is(...)`` or ``[...]``)."""
-    out, depth, current, quote = [], 0, "", None
-    for c in prelude:
+    """A selector list split at its top-level commas (not those inside ``:is(...)``, ``[...]``, a
+    string, a comment or after a backslash)."""
+    out, depth, current, quote, i = [], 0, "", None, 0
+    while i < len(prelude):
+        c = prelude[i]
+        if quote is None and prelude.startswith("/*", i):
+            end = prelude.find("*/", i + 2)
+            end = len(prelude) if end < 0 else end + 2
+            current += prelude[i:end]
+            i = end
+            continue
+        if c == "\\":
+            current += prelude[i:i + 2]
+            i += 2
+            continue
         if quote:
             quote = None if c == quote else quote
         elif c in "\"'":
@@ -161,9 +177,37 @@ def split_selectors(prelude: str) -> list[str]:
         elif c == "," and depth == 0:
             out.append(current)
             current = ""
+            i += 1
             continue
         current += c
+        i += 1
     return [*out, current]
+
+
+def without_comments(prelude: str) -> tuple[str, list[str]]:
+    """``prelude`` with its comments taken out (not a ``/*`` inside a string), and the comments."""
+    text, comments, quote, i, n = [], [], None, 0, len(prelude)
+    while i < n:
+        c = prelude[i]
+        if quote is None and prelude.startswith("/*", i):
+            end = prelude.find("*/", i + 2)
+            end = n if end < 0 else end + 2
+            comments.append(prelude[i:end])
+            i = end
+            continue
+        step = 2 if c == "\\" else 1
+        if quote and c == quote:
+            quote = None
+        elif quote is None and c in "\"'":
+            quote = c
+        text.append(prelude[i:i + step])
+        i += step
+    return "".join(text), comments
+
+
+def notices(comments: list[str]) -> str:
+    """The comments a stylesheet must keep: licence notices (``/*! ... */``), one a line."""
+    return "".join(c + ("" if c.endswith("*/") else "*/") + "\n" for c in comments if c.startswith("/*!"))
 
 
 def required_names(selector: str) -> list[str] | None:
@@ -184,13 +228,22 @@ def required_names(selector: str) -> list[str] | None:
 
 
 def purge_css(css: str, used) -> str:
-    """``css`` without the selectors that name a class or id for which ``used(name)`` is false."""
+    """``css`` without the selectors that name a class or id for which ``used(name)`` is false.
+
+    The comments before a rule are taken out of its selector list first (a licence notice is
+    written out on its own, any other comment left out): Font Awesome's notice in front of
+    ``.fa,.fa-solid,...`` holds a comma ("Fonticons, Inc."), and a list split inside the comment
+    whose first part was kept opened a comment that never closed, which hid the rules after it
+    (the site's icons: menu, contents, search, download, colour mode)."""
     out = []
     for prelude, block in css_items(css):
         if block is None:
             out.append(prelude)
             continue
-        head = re.sub(r"/\*.*?\*/", "", prelude, flags=re.S).strip().lower()
+        prelude, comments = without_comments(prelude)
+        prelude = prelude.strip()
+        head = prelude.lower()
+        out.append(notices(comments))
         if head.startswith("@"):
             if head.startswith(NESTING_AT_RULES):
                 inner = purge_css(block, used)
@@ -199,7 +252,7 @@ def purge_css(css: str, used) -> str:
             else:
                 out.append(f"{prelude}{{{block}}}")
             continue
-        kept = [s for s in split_selectors(prelude)
+        kept = [s.strip() for s in split_selectors(prelude)
                 if (names := required_names(s)) is None or all(used(name) for name in names)]
         if kept:
             out.append(",".join(kept) + "{" + block + "}")
@@ -218,12 +271,21 @@ def site_names(outdir: Path):
     return lambda name: name in words or name.startswith(prefixes)
 
 
-def purge_stylesheets(outdir: Path) -> None:
+def purge_stylesheets(outdir: Path, keep: Path | None = None) -> None:
+    """Purge the themes' stylesheets of ``outdir``; with ``keep``, first copy each as it was to
+    ``keep`` (same path under it as under ``_static``)."""
     used = site_names(outdir)
-    for css in (outdir / "_static").rglob("*.css"):
+    static = outdir / "_static"
+    if keep is not None:
+        shutil.rmtree(keep, ignore_errors=True)
+    for css in static.rglob("*.css"):
         if css.name in OWN_CSS or "mathjax" in css.parts:
             continue
         text = css.read_text(encoding="utf-8")
+        if keep is not None:
+            original = keep / css.relative_to(static)
+            original.parent.mkdir(parents=True, exist_ok=True)
+            original.write_text(text, encoding="utf-8")
         css.write_text(purge_css(text, used), encoding="utf-8")
 
 
@@ -244,7 +306,7 @@ def prune(app: Sphinx, exception: Exception | None) -> None:
         fontawesome.write_text(FONTAWESOME_STUB, encoding="utf-8")
         (static / "scripts" / "fontawesome.js.LICENSE.txt").unlink(missing_ok=True)
     subset_icons(Path(app.outdir))
-    purge_stylesheets(Path(app.outdir))
+    purge_stylesheets(Path(app.outdir), keep=Path(app.doctreedir) / UNPURGED)
 
 
 def setup(app: Sphinx) -> dict:
