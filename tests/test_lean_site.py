@@ -15,8 +15,7 @@ list before it is split; licence notices are written out on their own.
   every rule of the purged sheet is a rule of the original one (same conditions, selector and
   declarations), and every selector of the original whose classes and ids are all used is there.
 * The built site: pages shown with the purged stylesheets and with the originals (kept by the
-  build in ``_build/.doctrees/lean_site-unpurged``, served in their place through the browser's
-  request interception) at 1400 px, at 390 px, in dark mode at 1400 px and at 390 px with the
+  build in ``_build/.doctrees/lean_site-unpurged``, copied over a copy of the site) at 1400 px, at 390 px, in dark mode at 1400 px and at 390 px with the
   Contents drawer open: the screenshots are identical pixel for pixel.
 """
 
@@ -198,9 +197,8 @@ def site(tmp_path_factory) -> Path:
     return site_build.built_site(tmp_path_factory)
 
 
-async def _screenshots(site: Path, originals: Path | None) -> dict:
-    """Screenshots (PNG bytes) of PAGES in VIEWS; with ``originals``, every stylesheet found there
-    replaces the purged one of the same path (the browser's request interception)."""
+async def _screenshots(site: Path) -> dict:
+    """Screenshots (PNG bytes) of PAGES of ``site`` in VIEWS."""
     import site_build
     from playwright.async_api import async_playwright
     shots = {}
@@ -211,15 +209,6 @@ async def _screenshots(site: Path, originals: Path | None) -> dict:
             for name, width, scheme, drawer in VIEWS:
                 context = await browser.new_context(viewport={"width": width, "height": 900},
                                                     color_scheme=scheme, reduced_motion="reduce")
-                if originals is not None:
-                    async def unpurged(route):
-                        path = route.request.url.split("?")[0].split("/_static/", 1)[1]
-                        if (originals / path).is_file():
-                            await route.fulfill(body=(originals / path).read_text(encoding="utf-8"),
-                                                content_type="text/css")
-                        else:
-                            await route.continue_()
-                    await context.route(re.compile(r".*/_static/.*\.css(\?.*)?$"), unpurged)
                 page = await context.new_page()
                 for path in PAGES:
                     await page.goto(base + path, wait_until="load", timeout=600_000)
@@ -251,18 +240,33 @@ def test_the_purged_stylesheets_draw_the_pages_as_the_originals(site: Path, tmp_
     served = (site / "_static" / "styles" / "pydata-sphinx-theme.css").stat().st_size
     kept = (originals / "styles" / "pydata-sphinx-theme.css").stat().st_size
     assert served < kept / 2, f"pydata-sphinx-theme.css is not purged: {served} of {kept} bytes"
-    purged = asyncio.run(_screenshots(site, None))
-    whole = asyncio.run(_screenshots(site, originals))
-    different = {}
-    for key, png in purged.items():
-        if png != whole[key]:
-            import io
+    import io
+    import shutil
+    unpurged = tmp_path / "unpurged"       # the site with the stylesheets as they were
+    shutil.copytree(site, unpurged)
+    shutil.copytree(originals, unpurged / "_static", dirs_exist_ok=True)
+    persistent = None
+    for _attempt in range(3):
+        purged = asyncio.run(_screenshots(site))
+        whole = asyncio.run(_screenshots(unpurged))
+        assert purged.keys() == whole.keys()
+        assert {(path, view[0]) for path in PAGES for view in VIEWS if not view[3]} <= purged.keys()
+        assert ("notebooks/04-cosine-vs-dot.html", "390-contents") in purged, "the Contents drawer was not shown"
+        different = {}
+        for key, png in purged.items():
+            if png == whole[key]:
+                continue
             a, b = Image.open(io.BytesIO(png)).convert("RGB"), Image.open(io.BytesIO(whole[key])).convert("RGB")
             box = ImageChops.difference(a, b).getbbox() if a.size == b.size else "size"
             if box is not None:
                 a.save(tmp_path / f"{key[0].replace('/', '_')}-{key[1]}-purged.png")
                 b.save(tmp_path / f"{key[0].replace('/', '_')}-{key[1]}-original.png")
                 different[key] = box
-    assert len(purged) >= len(PAGES) * len(VIEWS) - 1 and ("notebooks/04-cosine-vs-dot.html", "390-contents") in purged
-    assert purged.keys() == whole.keys()
+        # A view that differs once may have been caught mid-way (a loaded machine: the theme's
+        # colours switch from 'auto' to 'light' after the first paint); a rule the purge lost
+        # differs every time.
+        persistent = different if persistent is None else {k: v for k, v in different.items() if k in persistent}
+        if not persistent:
+            break
+    different = persistent
     assert not different, f"pages drawn differently with the purged stylesheets (box of the difference; see {tmp_path}): {different}"
