@@ -238,8 +238,10 @@ def test_a_bookmark_per_claim_under_its_chapter(reader, pages) -> None:
 
 def test_every_chapter_prints_at_one_scale(reader, pages) -> None:
     """Each part's title (the largest text on its first page) has one size across the book, and
-    the body text of every chapter (its most frequent size) is the stylesheet's 12 pt: a page
-    Chromium shrinks to fit a wide output prints both smaller (67–74 % before the fix)."""
+    the body text of every chapter is the stylesheet's 12 pt: a page Chromium shrinks to fit a wide
+    output prints both smaller (67–74 % before the fix). The body size is the larger of a chapter's
+    two most frequent sizes: evidence tables print at 9.8 pt, and chapter 8, mostly tables, has
+    more table text than prose; a shrunk page moves both below 12 pt."""
     from collections import Counter
 
     chapters = chapters_of(reader)
@@ -249,7 +251,7 @@ def test_every_chapter_prints_at_one_scale(reader, pages) -> None:
     for title, first, end, _ in chapters:
         sizes = Counter(round(r[3], 1) for p in pages[first:end] for r in p["runs"]
                         for _ in range(len(r[0])) if "Mono" not in r[4])
-        body[title] = sizes.most_common(1)[0][0]
+        body[title] = max(size for size, _ in sizes.most_common(2))
     small = {t: s for t, s in body.items() if s < 11.5 and "Claims index" not in t}
     assert not small, f"chapters whose body text prints below 12 pt (a shrunk page): {small}"
 
