@@ -117,10 +117,10 @@ class _Server(http.server.ThreadingHTTPServer):
 
 
 @contextlib.contextmanager
-def serve(directory: Path):
-    """Serve ``directory`` on 127.0.0.1 from a thread; yields the base URL and the list of
-    requests for other hosts that arrived here as their proxy."""
-    httpd = _Server(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(directory)))
+def serve(directory: Path, handler: type[_QuietHandler] = _QuietHandler):
+    """Serve ``directory`` on 127.0.0.1 from a thread (with ``handler``, a :class:`_QuietHandler`);
+    yields the base URL and the list of requests for other hosts that arrived here as their proxy."""
+    httpd = _Server(("127.0.0.1", 0), functools.partial(handler, directory=str(directory)))
     httpd.proxied = []
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()

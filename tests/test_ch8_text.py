@@ -289,6 +289,15 @@ def test_a_lenient_learning_rate_grid_moves_a_text_verdict(stored, claim_id):
     assert verdicts[claim_id] != base[claim_id], (claim_id, verdicts[claim_id])
 
 
+def test_a_learning_rate_grid_not_run_fails_the_decisions_it_guards(stored):
+    # without text/grid.json the page must say so, and no decision may stand without its grid
+    verdicts, evidence = run_text(("t_grid = text_results.load_grid()", "t_grid = None"))
+    for claim_id in ("E4", "E5"):
+        missing = [c for c in evidence[claim_id].checks if "learning-rate neighbours were run" in c.name]
+        assert missing and not any(c.passed for c in missing), claim_id
+        assert verdicts[claim_id] == claims.NOT_ESTABLISHED, claim_id
+
+
 # E2 on text is not established for two independent reasons (post-LN does not learn the text at
 # depth 8; the gain at depth 4 is undecided), so no single bug can move its verdict. Each reason is
 # guarded by its own check instead: a bug aimed at one must flip that check.

@@ -74,17 +74,8 @@ class _PagesHandler(site_build._QuietHandler):
 
 @pytest.fixture(scope="module")
 def server(site: Path):
-    import functools
-    import threading
-    httpd = site_build._Server(("127.0.0.1", 0), functools.partial(_PagesHandler, directory=str(site)))
-    httpd.proxied = []
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with site_build.serve(site, handler=_PagesHandler) as (url, _):
+        yield url
 
 
 def pages(site: Path) -> list[str]:
