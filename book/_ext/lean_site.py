@@ -151,17 +151,11 @@ def css_items(css: str):
 
 
 def split_selectors(prelude: str) -> list[str]:
-    """A selector list split at its top-level commas (not those inside ``:is(...)``, ``[...]``, a
-    string, a comment or after a backslash)."""
+    """A selector list (its comments already taken out: :func:`without_comments`) split at its
+    top-level commas (not those inside ``:is(...)``, ``[...]``, a string or after a backslash)."""
     out, depth, current, quote, i = [], 0, "", None, 0
     while i < len(prelude):
         c = prelude[i]
-        if quote is None and prelude.startswith("/*", i):
-            end = prelude.find("*/", i + 2)
-            end = len(prelude) if end < 0 else end + 2
-            current += prelude[i:end]
-            i = end
-            continue
         if c == "\\":
             current += prelude[i:i + 2]
             i += 2
