@@ -217,3 +217,68 @@ def test_the_glossary_defines_every_verdict_label_and_the_intro_names_them() -> 
     for verdict in claims.ALL_VERDICTS:
         assert f"### {verdict}\n" in glossary, verdict
         assert f"*{verdict}*" in intro, f"the landing page does not name the verdict {verdict!r}"
+
+
+# --- Issue 44 item 10: E1's answer says what E1 measures; the gate beside it is chapter 8's number --
+
+def _answer(thread_id: str, answers=None) -> str:
+    return next(t["answer"] for t in (answers or ANSWERS)["threads"] if t["id"] == thread_id)
+
+
+def _sentences(text: str) -> list[str]:
+    return [s for s in re.split(r"(?<=[.!?])\s+", " ".join(text.split())) if s.strip()]
+
+
+def e1_problems(answer: str) -> list[str]:
+    """E1 judges training (its registry statement): the sentence citing it names what was measured
+    and no sentence has it refute "expressiveness"."""
+    out = []
+    cited = [s for s in _sentences(answer) if "[E1]" in s]
+    if not cited or not all("accuracy" in s and "train" in s for s in cited):
+        out.append("the sentence citing [E1] does not say that E1 measures accuracy after training")
+    if any("expressiveness" in s and "does not hold" in s for s in _sentences(answer)):
+        out.append("a sentence has E1 refute expressiveness")
+    return out
+
+
+def test_the_e1_answer_says_what_e1_measures():
+    assert "training" in claims.CLAIMS["E1"].statement            # what the badge judges
+    assert not e1_problems(_answer("activation-after-projections"))
+    old = ("Attention is already nonlinear [Q1]. In a controlled experiment σ on all three projections made "
+           "training worse, so the claim that it adds much-needed expressiveness does not hold [E1].")
+    assert len(e1_problems(old)) == 2                               # the text before issue 44
+
+
+#: A comparison row of chapter 8's E1 tables: "| sigmoid output gate − identity | -0.092 | [-0.135, -0.048] |".
+GATE_ROW = re.compile(r"\|\s*sigmoid output gate − identity\s*\|\s*([-+]\d\.\d+)\s*\|\s*\[([-+]\d\.\d+),\s*([-+]\d\.\d+)\]")
+
+
+def chapter8_gate() -> tuple[float, float, float]:
+    """The gate's comparison as chapter 8's executed notebook shows it (its stored output)."""
+    cells = json.loads((ROOT / "notebooks" / "08-training.ipynb").read_text(encoding="utf-8"))["cells"]
+    rows = {m.groups() for c in cells for o in c.get("outputs", [])
+            for m in GATE_ROW.finditer("".join(o.get("data", {}).get("text/markdown", "")))}
+    assert len(rows) == 1, rows
+    return tuple(float(v) for v in rows.pop())
+
+
+def gate_problems(answer: str, gate: tuple[float, float, float]) -> list[str]:
+    estimate, low, high = gate
+    sentence = next((s for s in _sentences(answer) if "qiu2025gated" in s), "")
+    out = []
+    if not sentence:
+        out.append("no sentence discusses the gated-attention result (Qiu et al. 2025)")
+    if f"{estimate:.3f}".replace("-", "−") not in sentence:
+        out.append(f"the gate sentence does not give chapter 8's {estimate:+.3f}")
+    if ("lowered" in sentence) != (high < 0):
+        out.append(f"'lowered' does not match chapter 8's interval [{low:+.3f}, {high:+.3f}]")
+    return out
+
+
+def test_the_gate_beside_e1_is_chapter_8s_result():
+    gate = chapter8_gate()
+    assert not gate_problems(_answer("activation-after-projections"), gate)
+    # a re-executed chapter 8 with another number, or a gate that no longer lowers the accuracy
+    assert gate_problems(_answer("activation-after-projections"), (gate[0] - 0.01, gate[1], gate[2]))
+    assert gate_problems(_answer("activation-after-projections"), (0.05, 0.01, 0.09))
+

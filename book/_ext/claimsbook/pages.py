@@ -150,6 +150,16 @@ def _judged_list(book: Book, thread: dict) -> list[str]:
     return lines + [""]
 
 
+def _reading(thread: dict) -> list[str]:
+    """What the thread itself points to (``reading`` in answers.yml: a references.bib key and what
+    it answers), each a citation that links its bibliography entry."""
+    items = thread.get("reading") or []
+    if not items:
+        return []
+    cited = "; ".join(f"{{cite:t}}`{r['cite']}` — {inline(r['about'])}" for r in items)
+    return [f"*Read further, as the thread points to:* {cited}.", ""]
+
+
 def render_card(book: Book, thread: dict) -> list[str]:
     """One short answer: the question, the answer with its badges, the claim each badge judges,
     the claims that bear on it."""
@@ -157,6 +167,7 @@ def render_card(book: Book, thread: dict) -> list[str]:
             f"::::{{card}} {inline(thread['question'])}", ":class-card: answer-card", "",
             render_answer_text(book, thread["answer"]), "",
             *_judged_list(book, thread),
+            *_reading(thread),
             f"*Every claim on this question:* {_thread_claims(book, thread)}", "::::", ""]
 
 
@@ -231,6 +242,7 @@ def render_chapter_end(book: Book, answers: dict, number: int) -> str:
         lines += [f"**{inline(thread['question'])}**", ""]
         lines += [render_answer_text(book, thread["answer"]), ""]
         lines += _judged_list(book, thread)
+        lines += _reading(thread)
         lines += [f"*Every claim on this question:* {_thread_claims(book, thread)}. "
                   f"All five questions: {{doc}}`Short answers </book/answers>`.", ""]
     return "\n".join(lines)
@@ -285,6 +297,9 @@ def problems(book: Book, answers: dict, missing_reasons: bool = True) -> list[st
             continue
         if sentences(thread["answer"]) > MAX_ANSWER_SENTENCES:
             out.append(f"{name}: {sentences(thread['answer'])} sentences (at most {MAX_ANSWER_SENTENCES})")
+        for item in thread.get("reading") or []:
+            if not (isinstance(item, dict) and item.get("cite") and item.get("about")):
+                out.append(f"{name}: a reading item needs a references.bib key (cite) and what it answers (about)")
         if "\n" in thread.get("question", "") or len(thread.get("question", "")) > 120:
             out.append(f"{name}: the question is not one line")
         rests_on = thread.get("rests_on") or {}
