@@ -4,11 +4,14 @@ r"""Reading ``data/experiments/*.json`` and the paired comparisons of chapter 8.
 or was written by other training code or under another plan than the present ones (stale).
 :func:`paired_t` is the interval of the decision rule: a two-sided t interval for the mean of
 paired seed differences; :func:`sign_flip_p` the exact paired sign-flip (permutation) test shown
-beside it; :func:`detectable_effect` the power statement of the plan.
+beside it; :func:`detectable_effect` the power of a t test against 0 — which the exploratory plans'
+``power`` strings quote, and which is NOT the power of the chapter's rule (that tests against ±δ:
+its operating characteristic is :mod:`attnref.training.confirm`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -194,9 +197,16 @@ def sign_flip_p(differences) -> float:
 
 
 def detectable_effect(sd: float, k: int, level: float = 0.95, power: float = 0.8) -> float:
-    r"""The smallest true mean difference that the two-sided ``level`` paired t test on ``k``
-    pairs detects with probability ``power``, if the differences are normal with standard deviation
-    ``sd`` (noncentral t, ``scipy.stats.nct``): the design's power statement."""
+    r"""The smallest true mean difference that the two-sided ``level`` paired t test **of a zero
+    mean** on ``k`` pairs detects with probability ``power``, if the differences are normal with
+    standard deviation ``sd`` (noncentral t, ``scipy.stats.nct``).
+
+    This is what the exploratory plans' ``power`` strings and chapter 8's "detected with 80 %
+    power" columns state, and it is **not** the power of the chapter's decision rule, which
+    compares the interval with ±δ, not with 0: a true gain of this size is read "better" (lower end
+    above δ) with probability well below ``power`` (E1's 0.095 at sd 0.096, δ = 0.03, 10 pairs:
+    0.48). For the rule use :func:`attnref.training.confirm.rule_detectable_gain` and
+    :func:`attnref.training.confirm.operating_characteristic`."""
     from scipy.optimize import brentq
     from scipy.stats import nct, t
 
@@ -207,6 +217,7 @@ def detectable_effect(sd: float, k: int, level: float = 0.95, power: float = 0.8
     return float(brentq(reach, 1e-12 * sd, 20 * sd))
 
 
+@functools.lru_cache(maxsize=4096)
 def t_quantile(level: float, df: int) -> float:
     """The two-sided Student t quantile ``t_{(1 + level)/2, df}`` (``scipy.stats.t``, from the upper
     tail ``(1 − level)/2`` so that a level near 1 keeps its precision)."""
@@ -228,4 +239,5 @@ def paired_t(differences, level: float = 0.95) -> Interval:
     mean = sum(values) / k
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (k - 1))
     half = t_quantile(level, k - 1) * sd / math.sqrt(k)
-    return Interval(mean, mean - half, mean + half, "t (normal theory)", 1 - level, k)
+    return Interval(mean, mean - half, mean + half, "t (normal theory)", 1 - level, k,
+                    standard_error=sd / math.sqrt(k))
