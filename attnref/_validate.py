@@ -18,7 +18,8 @@ additive mask's NaN/+inf, overflowed scores, a zero row where ε = 0 — need th
 the computation (one ``bool(tensor)`` each: on a GPU a device synchronisation) and stop
 ``torch.compile`` and ``torch.func.vmap``, which cannot branch on data. They are on by default;
 ``with attnref.checks(False):`` (or ``attnref.set_checks(False)``) turns them off, and they are off
-by themselves while ``torch.compile`` traces (``torch.compiler.is_compiling()``). The checks of
+by themselves while ``torch.compile`` traces (``torch.compiler.is_compiling()``) and inside
+``torch.func.vmap``. The checks of
 types, shapes, dtypes and devices read no values and always run. Messages are formatted only
 when a check fails.
 """
@@ -41,9 +42,23 @@ _VALUE_CHECKS: contextvars.ContextVar[bool] = contextvars.ContextVar("attnref_va
 
 
 def values_checked() -> bool:
-    """Whether the checks that read tensor values run now: the switch is on and ``torch.compile``
-    is not tracing (a traced program cannot branch on values; the switch is read outside it)."""
-    return not torch.compiler.is_compiling() and _VALUE_CHECKS.get()
+    """Whether the checks that read tensor values run now: the switch is on, ``torch.compile``
+    is not tracing and ``torch.func.vmap`` is not mapping (neither can branch on values; the
+    switch is read outside them)."""
+    return not torch.compiler.is_compiling() and _VALUE_CHECKS.get() and not _vmapping()
+
+
+def _vmapping() -> bool:
+    """Whether the innermost ``torch.func`` transform running now is ``vmap`` (a value check
+    there would raise torch's "data-dependent control flow" RuntimeError)."""
+    if torch._C._functorch.maybe_current_level() is None:       # no transform: the common case, one C call
+        return False
+    try:
+        from torch._C._functorch import TransformType
+        from torch._functorch.pyfunctorch import retrieve_current_functorch_interpreter
+        return retrieve_current_functorch_interpreter().key() == TransformType.Vmap
+    except (ImportError, AttributeError, RuntimeError):          # another torch: assume a vmap-like transform
+        return True
 
 
 def set_checks(enabled: bool) -> bool:

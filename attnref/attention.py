@@ -289,8 +289,9 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, *,
     Half precision: for float16/bfloat16 inputs the scores, the softmax and ``@ V`` are computed
     in float32 (scores beyond 65504 are fine) and the output and weights rounded to the input
     dtype. Scores that overflow the working dtype raise ``ValueError`` naming query and key (the
-    blockwise path bounds them by ``max‖q_i‖ · max‖k_j‖ · |scale|`` first and, when that bound is
-    not finite, computes the one matrix, which checks every score).
+    blockwise path bounds the products and the scores by ``max‖q_i‖ · max‖k_j‖`` and that times
+    ``|scale|``, norms in float64, and, unless both are below half the dtype's largest number,
+    computes the one matrix, which checks every score).
     """
     _check_qkv(query, key, value)
     check.boolean("need_weights", need_weights)
@@ -321,10 +322,14 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, *,
 
 def _blockwise_applies(query: Tensor, key: Tensor, full_mask: Tensor | None, scale: float | Tensor) -> bool:
     """Whether the blockwise path may compute this attention: values to compute with (not a meta
-    tensor), no gradient wanted for an additive mask or a tensor scale (the blockwise gradient covers
-    query, key and value), and — while the value checks are on — scores that cannot overflow:
-    ``max‖q_i‖ · max‖k_j‖ · |scale|`` finite (Cauchy–Schwarz; else the one-matrix path checks them)."""
-    if query.device.type == "meta":
+    tensor, not a tensor that ``torch.func`` transforms — ``vmap``, ``grad`` — wrap: the loop writes
+    into its tiles in place), no gradient wanted for an additive mask or a tensor scale (the blockwise
+    gradient covers query, key and value), and — while the value checks are on — nothing it computes
+    can overflow: the products ``q_i · k_j`` and the scores ``(q_i · k_j) · scale``, bounded by
+    ``max‖q_i‖ · max‖k_j‖`` and that times ``|scale|`` (Cauchy–Schwarz), each below half the
+    dtype's largest number (room for the round-off of the sums). Otherwise the one-matrix path
+    computes the same attention and checks every score (``ValueError`` when one overflows)."""
+    if query.device.type == "meta" or _functorch_wrapped(query, key):
         return False
     if full_mask is not None and full_mask.requires_grad:
         return False
@@ -333,8 +338,34 @@ def _blockwise_applies(query: Tensor, key: Tensor, full_mask: Tensor | None, sca
     if not check.values_checked() or query.numel() == 0 or key.numel() == 0:
         return True
     with torch.no_grad():
-        bound = float(query.norm(dim=-1).amax()) * float(key.norm(dim=-1).amax()) * abs(float(scale))
-    return bound < torch.finfo(query.dtype).max                    # False for inf and NaN too
+        largest_q, largest_k = _largest_row_norms(query, key)
+    products = largest_q * largest_k                               # Python floats: float64, inf on overflow
+    limit = torch.finfo(query.dtype).max / 2
+    return products < limit and products * abs(float(scale)) < limit   # False for inf and NaN too
+
+
+def _functorch_wrapped(*tensors: Tensor) -> bool:
+    """Whether a ``torch.func`` transform (``vmap``, ``grad``, ``jacrev`` …) wraps any of the tensors."""
+    wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)
+    return wrapped is not None and any(wrapped(t) for t in tensors)
+
+
+#: Below this (float64) a norm's squares may have lost digits to underflow: recomputed rescaled.
+_TINY_NORM = 1e-140
+
+
+def _largest_row_norms(query: Tensor, key: Tensor) -> tuple[float, float]:
+    """``max_i ‖q_i‖`` and ``max_j ‖k_j‖`` computed in float64 (one host synchronisation). float32
+    entries cannot overflow or underflow there when squared; float64 rows whose norm is not finite
+    or below :data:`_TINY_NORM` are recomputed as ``s ‖x/s‖`` with ``s = max |x_a|``."""
+    norms = torch.stack([torch.linalg.vector_norm(x, dim=-1, dtype=torch.float64).amax() for x in (query, key)])
+    largest = norms.tolist()
+    for index, x in enumerate((query, key)):
+        if x.dtype == torch.float64 and not (_TINY_NORM <= largest[index] < math.inf):
+            spread = float(x.abs().amax())
+            if spread > 0 and math.isfinite(spread):
+                largest[index] = spread * float(torch.linalg.vector_norm(x / spread, dim=-1).amax())
+    return largest[0], largest[1]
 
 
 def luong_dot_scores(query: Tensor, key: Tensor) -> Tensor:

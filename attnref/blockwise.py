@@ -146,14 +146,15 @@ def _tile_mask(mask: Tensor, r0: int, r1: int, k0: int, k1: int) -> Tensor:
 def _scores_tile(q: Tensor, k: Tensor, scale: float, steps: tuple[int, int, int, int], buffer: Tensor,
                  batch_shape: tuple[int, ...], mask: Tensor | None, causal: bool,
                  window: int | None) -> Tensor:
-    """The masked scores ``s_ij = scale · q_i · k_j`` of one step, ``(B, rows, cols)``, in
-    ``buffer``'s memory; masked pairs are ``-inf``. The scale multiplies the key block (``cols × d_k``
-    numbers), not the scores."""
+    """The masked scores ``s_ij = (q_i · k_j) · scale`` of one step, ``(B, rows, cols)``, in
+    ``buffer``'s memory; masked pairs are ``-inf``. The scale multiplies the products, as in the
+    one-matrix path (the same two roundings, and nothing is computed that the caller's overflow
+    guard does not bound: scaling the keys first could overflow where the scores do not)."""
     k0, k1, r0, r1 = steps
     B = q.shape[0]
     tile = buffer[: B * (r1 - r0) * (k1 - k0)].view(B, r1 - r0, k1 - k0)
-    scaled_keys = k[:, k0:k1].transpose(1, 2) * scale                 # (B, d_k, cols)
-    torch.bmm(q[:, r0:r1], scaled_keys, out=tile)                    # (B, rows, d_k) @ (B, d_k, cols) -> (B, rows, cols)
+    torch.bmm(q[:, r0:r1], k[:, k0:k1].transpose(1, 2), out=tile)   # (B, rows, d_k) @ (B, d_k, cols) -> (B, rows, cols)
+    tile.mul_(scale)                                                  # s_ij = (q_i · k_j) · scale
     if mask is not None:
         part = _tile_mask(mask, r0, r1, k0, k1)                      # (..., rows or 1, cols or 1)
         shaped = tile.view(batch_shape + tile.shape[1:])             # (..., rows, cols)
