@@ -131,14 +131,14 @@ def test_bad_checkpoints_are_refused_in_one_line(case, tmp_path, out, capsys):
     if case == "bad-json":
         (path / "config.json").write_text("{not json")
     if case == "unsupported":
-        (path / "config.json").write_text(json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}))
+        (path / "config.json").write_text(json.dumps({"model_type": "mamba", "architectures": ["MambaForCausalLM"]}))
     if case == "not-a-checkpoint":
         path = tmp_path / "weights.bin"
         path.write_bytes(b"\0" * 16)
     code, err = _cli([path, "--out", out], capsys)
     assert code == 2 and err.count("\n") == 1 and err.startswith("attnref audit: "), err
     expected = {"missing": "no such file", "no-config": "config.json", "bad-json": "not valid JSON",
-                "unsupported": "unsupported architecture gpt2", "not-a-checkpoint": "not a checkpoint"}[case]
+                "unsupported": "unsupported architecture mamba", "not-a-checkpoint": "not a checkpoint"}[case]
     assert expected in err
     if case == "unsupported":
         assert "bert" in err and "llama" in err and "gemma3" in err        # what is supported

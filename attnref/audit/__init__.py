@@ -2,11 +2,15 @@ r"""``attnref audit``: the book's trained-model rechecks on any checkpoint.
 
 ::
 
-    python -m attnref.audit PATH [--texts FILE] [--out DIR]      # or: attnref-audit PATH …
+    python -m attnref.audit PATH [--texts FILE] [--out DIR] [--dtype float32] [--device cpu]   # or: attnref-audit PATH …
 
-``PATH`` is a Hugging Face model directory (``config.json`` + ``model.safetensors``) or a GGUF
-file. The family is recognised from its configuration (:mod:`attnref.audit.families`: BERT-style
-encoders, Llama-style decoders, Gemma 3); the rechecks (:mod:`attnref.audit.rechecks`) run on the
+``PATH`` is a Hugging Face model directory (``config.json`` + ``*.safetensors``, sharded with
+``model.safetensors.index.json`` or not; float32, float16 or bfloat16 as stored) or a GGUF file.
+The family is recognised from its configuration (:mod:`attnref.audit.families`: BERT, Llama,
+Mistral, Qwen2, Qwen3, Gemma 3, GPT-2; Llama and Gemma 3 as GGUF files too); a Hugging Face
+decoder is read one block at a time (:mod:`attnref.audit.families._hf`). ``--dtype`` is the
+compute precision (default float32; the weights are converted block by block), ``--device`` where
+the blocks run (``cuda`` if torch sees a GPU); both are recorded in the report. The rechecks (:mod:`attnref.audit.rechecks`) run on the
 texts (one per line; default: the book's text set, :data:`attnref.analysis.texts.SENTENCES`) and
 ``DIR`` (default ``audit-report``) receives ``report.json`` and ``report.html``. A problem with the
 input (a missing or corrupt file, an unsupported architecture, an empty text file, a text longer
@@ -46,10 +50,38 @@ def read_texts(path: Path | None) -> list[str]:
     return texts
 
 
+#: ``--dtype`` names -> torch dtypes (the compute precision).
+DTYPES = ("float32", "float64", "bfloat16", "float16")
+#: The version of report.json's layout (attnref/audit/report.schema.json describes it).
+REPORT_VERSION = "2"
+
+
+def compute_options(dtype: str | None, device: str | None):
+    """``--dtype`` and ``--device`` as torch objects, or an :class:`AuditError` naming the argument."""
+    import torch
+    if dtype is not None and dtype not in DTYPES:
+        raise AuditError(f"--dtype {dtype}: not a compute precision; choose one of {', '.join(DTYPES)}")
+    torch_dtype = getattr(torch, dtype or "float32")
+    name = str(device or "cpu")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise AuditError(f"--device {name}: torch sees no CUDA device here (torch {torch.__version__}); use --device cpu")
+    elif name != "cpu":
+        raise AuditError(f"--device {name}: not a device the audit runs on; choose cpu or cuda (cuda:N)")
+    try:
+        torch_device = torch.device(name)
+    except RuntimeError as error:
+        raise AuditError(f"--device {name}: {error}") from None
+    return torch_dtype, torch_device
+
+
 def audit(path: str | Path, texts: list[str] | None = None, out: str | Path = "audit-report",
-          progress: bool = False) -> dict:
+          progress: bool = False, dtype: str | None = None, device: str | None = None) -> dict:
     """Run every recheck on the checkpoint at ``path`` over ``texts``; write the report into ``out``
-    (atomically) and return it. Raises :class:`AuditError` for a problem with the input."""
+    (atomically) and return it. ``dtype`` (one of :data:`DTYPES`, default float32) is the compute
+    precision of the model's forward pass, ``device`` where it runs (``cpu``, ``cuda``); the
+    rechecks' statistics are computed in float64 on the CPU from what the pass returns. Raises
+    :class:`AuditError` for a problem with the input."""
     import torch
 
     import attnref
@@ -60,11 +92,12 @@ def audit(path: str | Path, texts: list[str] | None = None, out: str | Path = "a
     path, out = Path(path), Path(out)
     if out.exists() and not out.is_dir():
         raise AuditError(f"--out {out}: exists and is not a directory")
+    torch_dtype, torch_device = compute_options(dtype, device)
     family, config = detect(path)
     texts = read_texts(None) if texts is None else list(texts)
     if not texts:
         raise AuditError("no text to read: the text list is empty")
-    model = family.load(path, config)
+    model = family.load(path, config, dtype=torch_dtype, device=torch_device)
     ids = rechecks.check_texts(model, texts)
     joined = model.tokenize(" ".join(texts))[: min(rechecks.HULL_TOKENS, model.context)]
     if model.prepare is not None:
@@ -90,13 +123,23 @@ def audit(path: str | Path, texts: list[str] | None = None, out: str | Path = "a
         bar.close()
     decided = rechecks.verdicts(model.name, measured)
     from attnref.book import claims
+    hashes = {f.name: file_hash(f) for f in model.files}
+    precision = str(torch_dtype).replace("torch.", "")
+    half = torch_dtype in (torch.bfloat16, torch.float16)
+    layerwise = getattr(model, "layerwise", None)
     result = {
+        "schema": REPORT_VERSION,
         "model": {"name": model.name, "family": family.name, "path": path.name,
-                  "sha256": {f.name: file_hash(f) for f in model.files}, **model.details},
+                  "sha256": hashes, **model.details},
+        "checkpoint": {"sha256": _checkpoint_hash(hashes), "files": len(hashes)},
+        "compute": {"dtype": precision, "device": str(torch_device), "layerwise": layerwise is not None,
+                    "note": (f"the forward pass ran in {precision}: every number below was computed from "
+                             f"{precision} activations (statistics in float64)") if half else None},
         "texts": {"count": len(texts), "tokens": sum(len(i) for i in ids),
                   "sha256": hashlib.sha256("\n".join(texts).encode()).hexdigest()},
         "rechecks": {cid: {"claim": claims.claim(cid).statement, "verdict": verdict,
-                           "checks": [claims._as_dict(c) for c in checks]}
+                           "checks": [_precision_noted(claims._as_dict(c), precision if half else None)
+                                      for c in checks]}
                      for cid, (verdict, checks) in decided.items()},
         "measurements": rechecks.plain(measured),
         "thresholds": rechecks.THRESHOLDS,
@@ -104,6 +147,25 @@ def audit(path: str | Path, texts: list[str] | None = None, out: str | Path = "a
                      "python": platform.python_version()},
         "seconds": round(time.perf_counter() - started, 1),
     }
+    if layerwise is not None and layerwise.seconds_per_block:
+        per_block = sorted(layerwise.seconds_per_block)
+        result["timing"] = {"blocks": len(per_block), "median_seconds_per_block": round(per_block[len(per_block) // 2], 4)}
+    return _write(out, result, decided, report_module)
+
+
+def _checkpoint_hash(hashes: dict[str, str]) -> str:
+    """One sha256 for the whole checkpoint: of the sorted lines ``name sha256`` of its files."""
+    return hashlib.sha256("".join(f"{name} {h}\n" for name, h in sorted(hashes.items())).encode()).hexdigest()
+
+
+def _precision_noted(check: dict, precision: str | None) -> dict:
+    """A check computed from half-precision activations says so beside its bound."""
+    if precision is not None:
+        check = {**check, "held_to": f"{check['held_to']} (computed in {precision})", "precision": precision}
+    return check
+
+
+def _write(out: Path, result: dict, decided, report_module) -> dict:
     parent = out.resolve().parent
     parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=parent))

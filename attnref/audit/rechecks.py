@@ -270,7 +270,9 @@ def measure(model: Loaded, sums: Sums, long_ids: list[int] | None, paths: dict[s
         free, free_last = residual(paths["free_spread_sq"], paths["free_total_sq"])
         out["D1"] = {"stream_per_layer": stream.tolist(), "pure_per_layer": pure.tolist(), "free_per_layer": free.tolist(),
                      "stream_last": stream_last, "pure_last": pure_last, "free_last": float(free[-1]),
-                     "rate_ratio": float(rate_ratio(pure)), "free_rate_ratio": float(rate_ratio(free)),
+                     # the rate test needs disjoint, non-empty early and late layer sets: L >= 3 (D1_MIN_BLOCKS)
+                     "rate_ratio": float(rate_ratio(pure)) if L >= D1_MIN_BLOCKS else None,
+                     "free_rate_ratio": float(rate_ratio(free)) if L >= D1_MIN_BLOCKS else None,
                      "early_layers": [L // 6 + 1, L // 2], "late_layers": [L - L // 3 + 1, L], "layers": L}
 
     # C9: interior keys of one long text, and whether one wins a row that sees every key
@@ -406,9 +408,20 @@ def _record_C9(c9, m: dict) -> None:
              kind=K, fails_if="an interior key winning a row: the hull argument or the key extraction is wrong")
 
 
+#: D1's rate test compares layers L//6 + 1 … L//2 with the last L//3: both non-empty and disjoint from L = 3 on.
+D1_MIN_BLOCKS = 3
+
+
 def _record_D1(d1, m: dict) -> None:
     t, d = THRESHOLDS["D1"], m["D1"]
     L, (e0, e1), (l0, l1) = d["layers"], d["early_layers"], d["late_layers"]
+    if L < D1_MIN_BLOCKS or d.get("rate_ratio") is None:
+        # with fewer blocks the early and late layer sets are empty or overlap ("layers 3–2" against
+        # "layers 1–1"): the rate test is undefined, and D1 is not established, with this reason
+        d1.supporting.at_least(f"blocks in the model (D1's rate test needs at least {D1_MIN_BLOCKS} blocks: "
+                               f"an early and a late set of layers, disjoint and non-empty)", L, D1_MIN_BLOCKS,
+                               kind=K, fails_if="a model too shallow for the rate test")
+        return
     d1.counterexample.beyond(f"relative residual of the residual stream after {L} blocks", t["stream"], d["stream_last"],
                              side="below", fails_if="the skips do not carry the tokens (collapse with skips too)")
     d1.under("no skip connections").beyond(f"relative residual of the attention-only path, {L} layers",

@@ -3,7 +3,14 @@
 An adapter module defines ``FAMILY`` (a :class:`Family`): how to recognise a checkpoint of its
 family from its configuration, and how to load it into a :class:`Loaded` model that runs a text
 and hands back what the rechecks measure. Adding a family is adding one module here and its name
-to :data:`MODULES`; nothing else changes.
+to :data:`MODULES`; nothing else changes. Hugging Face directories (``config.json`` +
+``*.safetensors``, sharded or not) are read block by block by :mod:`attnref.audit.families._hf`;
+an adapter of such a family maps the checkpoint's tensor names and configuration onto attnref's
+parts (:class:`attnref.audit.families._hf.DecoderSpec`).
+
+Every refusal names what is supported in one form, :func:`supported`, e.g.
+``bert (Hugging Face directory); llama (Hugging Face directory or .gguf); …``, and for an
+architecture or a feature the audit does not run, the closest supported family.
 """
 
 from __future__ import annotations
@@ -19,7 +26,19 @@ import torch
 Tensor = torch.Tensor
 
 #: The adapter modules, in the order they are asked.
-MODULES = ("bert", "llama", "gemma3")
+MODULES = ("bert", "llama", "mistral", "qwen2", "qwen3", "gemma3", "gpt2")
+
+#: The formats, as :func:`supported` names them.
+HF, GGUF = "huggingface", "gguf"
+_FORMAT_NAMES = {HF: "Hugging Face directory", GGUF: ".gguf"}
+
+#: Architectures the audit does not run -> the supported family closest to them (for the refusal).
+CLOSEST = {"gemma": "gemma3", "gemma2": "gemma3", "gemma3n": "gemma3", "qwen2_moe": "qwen2", "qwen3_moe": "qwen3",
+           "qwen2_vl": "qwen2", "mixtral": "mistral", "ministral": "mistral", "phi3": "llama", "phi": "llama",
+           "olmo": "llama", "olmo2": "llama", "granite": "llama", "cohere": "llama", "starcoder2": "mistral",
+           "gpt_neox": "gpt2", "gpt_neo": "gpt2", "gptj": "gpt2", "opt": "gpt2", "bloom": "gpt2", "falcon": "llama",
+           "roberta": "bert", "xlm-roberta": "bert", "distilbert": "bert", "electra": "bert", "deberta": "bert",
+           "deberta-v2": "bert", "modernbert": "bert", "t5": "bert", "mamba": "llama"}
 
 
 class AuditError(Exception):
@@ -67,10 +86,11 @@ class Loaded:
 
 @dataclass(frozen=True)
 class Family:
-    name: str                                  # "bert", "llama", "gemma3"
-    description: str                           # for error messages and the report
+    name: str                                  # "bert", "llama", "gemma3", …
+    description: str                           # for the report
     accepts: Callable[[Path, dict], bool]      # (path, its configuration) -> is it this family?
-    load: Callable[[Path, dict], Loaded]
+    load: Callable[..., Loaded]                # (path, configuration, *, dtype=None, device=None) -> Loaded
+    formats: tuple[str, ...] = (HF,)           # HF, GGUF: what the family is read from
 
 
 def families() -> list[Family]:
@@ -78,7 +98,39 @@ def families() -> list[Family]:
 
 
 def supported() -> str:
-    return "; ".join(f"{f.name} ({f.description})" for f in families())
+    """Every family and the formats it is read from, in one form (every refusal ends with it)."""
+    return "; ".join(f"{f.name} ({' or '.join(_FORMAT_NAMES[x] for x in f.formats)})"
+                     for f in sorted(families(), key=lambda f: f.name))
+
+
+def closest(found: str) -> str:
+    """The supported family closest to an architecture name (a table, then the longest common prefix)."""
+    key = str(found).lower()
+    if key in CLOSEST:
+        return CLOSEST[key]
+    names = [f.name for f in families()]
+    for name in names:
+        if key.startswith(name) or name.startswith(key):
+            return name
+    import difflib
+    match = difflib.get_close_matches(key, names, n=1, cutoff=0.0)
+    return match[0] if match else "llama"
+
+
+def refuse(path: Path, family: str, what: str, nearest: str | None = None) -> AuditError:
+    """The one-line refusal of a feature of a family the audit does not run: ``family`` with ``what``,
+    the closest supported family, and :func:`supported`."""
+    return AuditError(f"{path.name}: {family} with {what} is not supported; closest supported: "
+                      f"{nearest or family}; supported: {supported()}")
+
+
+def missing_package(error: ImportError, what: str) -> AuditError:
+    """A missing optional package named as missing (never as a corrupt file), with the extra to install."""
+    from attnref._extras import EXTRAS, missing_message
+    top = (getattr(error, "name", None) or "").split(".")[0]
+    if top in EXTRAS:
+        return AuditError(f"{what}: {missing_message(top, 'attnref audit')}")
+    return AuditError(f"{what} needs a package that is not installed ({error}); pip install 'attnref[models]'")
 
 
 def read_configuration(path: Path) -> dict:
@@ -98,7 +150,7 @@ def read_configuration(path: Path) -> dict:
         return {"format": "huggingface", **raw}
     if path.suffix.lower() != ".gguf":
         raise AuditError(f"{path.name}: not a checkpoint; give a Hugging Face model directory "
-                         f"(config.json + model.safetensors) or a .gguf file")
+                         f"(config.json + *.safetensors) or a .gguf file; supported: {supported()}")
     return {"format": "gguf", **_gguf_metadata(path)}
 
 
@@ -107,7 +159,8 @@ def _gguf_metadata(path: Path) -> dict:
     try:
         import gguf
     except ImportError:
-        raise AuditError("reading a .gguf file needs the package gguf: pip install 'attnref[models]'") from None
+        raise AuditError("reading a .gguf file needs the package 'gguf', which is not installed: "
+                         "pip install 'attnref[models]'") from None
     try:
         reader = gguf.GGUFReader(str(path))
     except Exception as error:            # gguf raises ValueError, struct.error, IndexError … on a bad file
@@ -140,4 +193,6 @@ def detect(path: Path) -> tuple[Family, dict]:
     architectures = config.get("architectures")
     if architectures:
         found = f"{found} ({', '.join(map(str, architectures))})"
-    raise AuditError(f"{path.name}: unsupported architecture {found}; supported: {supported()}")
+    kind = config.get("model_type") or config.get("general.architecture") or "unknown"
+    raise AuditError(f"{path.name}: unsupported architecture {found}; closest supported: {closest(kind)}; "
+                     f"supported: {supported()}")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from attnref.audit.families import AuditError, Family, Loaded, Run
+from attnref.audit.families import HF, AuditError, Family, Loaded, Run, missing_package
 
 
 def _accepts(path: Path, config: dict) -> bool:
@@ -18,21 +18,28 @@ def _accepts(path: Path, config: dict) -> bool:
         config.get("model_type") == "bert" or any("Bert" in str(a) for a in config.get("architectures", ())))
 
 
-def _load(path: Path, config: dict) -> Loaded:
+def _load(path: Path, config: dict, *, dtype=None, device=None) -> Loaded:
     from attnref.models import minilm
 
+    if device not in (None, "cpu") and str(device) != "cpu":
+        raise AuditError(f"{path.name}: a BERT encoder is computed on the CPU; --device applies to the decoder families")
     for name in ("model.safetensors", "tokenizer.json"):
         if not (path / name).is_file():
             raise AuditError(f"{path.name}: a BERT model directory needs {name} (config.json, model.safetensors, tokenizer.json)")
     try:
-        model = minilm.load(path)
+        model = minilm.load(path, dtype=dtype or torch.float32)
+    except ImportError as error:          # a missing extra is named as missing, never as a corrupt file
+        raise missing_package(error, f"{path.name}: reading model.safetensors") from None
     except (ValueError, KeyError) as error:
         raise AuditError(f"{path.name}: this BERT checkpoint is not one the audit can run "
                          f"({str(error).splitlines()[0]})") from None
     except Exception as error:            # safetensors raises its own errors on a truncated file
         raise AuditError(f"{path.name}/model.safetensors is corrupt or truncated "
                          f"({error.__class__.__name__}: {str(error).splitlines()[0] if str(error) else ''})") from None
-    tokenizer = minilm.load_tokenizer(path)
+    try:
+        tokenizer = minilm.load_tokenizer(path)
+    except ImportError as error:
+        raise missing_package(error, f"{path.name}: reading tokenizer.json") from None
     c = model.config
 
     def tokenize(text: str) -> list[int]:
@@ -66,4 +73,4 @@ def _load(path: Path, config: dict) -> Loaded:
 
 
 FAMILY = Family("bert", "BERT-style encoders: a Hugging Face directory with config.json, model.safetensors, tokenizer.json",
-                _accepts, _load)
+                _accepts, _load, formats=(HF,))

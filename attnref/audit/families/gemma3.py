@@ -1,8 +1,16 @@
-"""Gemma 3 decoders from a GGUF file (``general.architecture = gemma3``), e.g. Gemma 3 270M:
-QK-norm, sandwich norms, GeGLU, sliding-window and global blocks, one key/value head per group.
+"""Gemma 3 decoders: QK-norm (gain ``1 + w``), sandwich norms, GeGLU, sliding-window and global
+blocks with their own rotary bases, the embedding scaled by ``√d``, the query scale
+``query_pre_attn_scalar^{-1/2}``.
 
-Loaded by :mod:`attnref.models.gemma3`; only the embedding rows of the audited texts are
-dequantized (the 262144-row table is most of the load time otherwise)."""
+* a Hugging Face directory: ``model_type: gemma3_text`` (``Gemma3ForCausalLM``), or the text part of
+  ``gemma3`` (``Gemma3ForConditionalGeneration``, its ``text_config``; the vision tower is not
+  read), block by block by :mod:`attnref.audit.families._hf`;
+* a GGUF file (``general.architecture = gemma3``), e.g. Gemma 3 270M, loaded by
+  :mod:`attnref.models.gemma3`; only the embedding rows of the audited texts are dequantized
+  (the 262144-row table is most of the load time otherwise).
+
+Refused by name: attention logit soft-capping (Gemma 2's), bidirectional attention, another
+activation than GELU (tanh), rotary variants other than default and linear."""
 
 from __future__ import annotations
 
@@ -11,11 +19,34 @@ from pathlib import Path
 
 import torch
 
-from attnref.audit.families import AuditError, Family, Loaded, Run
+from attnref.audit.families import GGUF, HF, AuditError, Family, Loaded, Run, refuse
 
 
 def _accepts(path: Path, config: dict) -> bool:
-    return config.get("format") == "gguf" and config.get("general.architecture") == "gemma3"
+    if config.get("format") == HF:
+        return config.get("model_type") in ("gemma3_text", "gemma3")
+    return config.get("format") == GGUF and config.get("general.architecture") == "gemma3"
+
+
+def _load_hf(path: Path, config: dict, dtype, device) -> Loaded:
+    import math
+
+    from attnref.audit.families import _hf
+    c = _hf.hf_config(path, config)
+    if getattr(c, "attn_logit_softcapping", None) is not None:
+        raise refuse(path, "gemma3", "attention logit soft-capping (attn_logit_softcapping)")
+    if getattr(c, "use_bidirectional_attention", False):
+        raise refuse(path, "gemma3", "bidirectional attention", "bert")
+    if getattr(c, "layer_types", None) is None:
+        raise refuse(path, "gemma3", "no layer_types in its configuration")
+
+    def rope(c, l):
+        return _hf.rope_for(path, "gemma3", c, c.layer_types[l])
+    return _hf.llama_like(path, config, "gemma3", dtype=dtype, device=device, qk_norm=_hf.RMS_1P, sandwich=True,
+                          norm=_hf.RMS_1P, mlp=_hf.GEGLU, windows=_hf.layer_windows, rope=rope,
+                          embed_scale=math.sqrt(c.hidden_size), scale=float(c.query_pre_attn_scalar) ** -0.5,
+                          activations=("gelu_pytorch_tanh",),
+                          layout="sandwich-norm causal decoder with QK-norm (GeGLU, RoPE)")
 
 
 def _per_head(w: torch.Tensor, heads: int, d_k: int) -> torch.Tensor:
@@ -42,7 +73,11 @@ def attention_branch(model, l: int):
     return branch
 
 
-def _load(path: Path, config: dict) -> Loaded:
+def _load(path: Path, config: dict, *, dtype=None, device=None) -> Loaded:
+    if config.get("format") == HF:
+        return _load_hf(path, config, dtype, device)
+    from attnref.audit.families.llama import gguf_precision
+    gguf_precision(path, dtype, device)
     from attnref.models import gemma3
 
     try:
@@ -103,4 +138,5 @@ def _load(path: Path, config: dict) -> Loaded:
                            "context_length": context})
 
 
-FAMILY = Family("gemma3", "Gemma 3 decoders: a .gguf file with general.architecture = gemma3", _accepts, _load)
+FAMILY = Family("gemma3", "Gemma 3 decoders: a Hugging Face directory (model_type gemma3_text, or gemma3's text "
+                "part) or a .gguf file (general.architecture gemma3)", _accepts, _load, formats=(HF, GGUF))

@@ -1,7 +1,14 @@
-"""Llama-style decoders from a GGUF file (``general.architecture = llama``), e.g. SmolLM2-135M:
-pre-norm causal blocks, RMSNorm, SwiGLU, grouped-query attention with rotary positions.
+"""Llama-style decoders: pre-norm causal blocks, RMSNorm, SwiGLU, grouped-query attention with
+rotary positions (rotate-half pairs; the default and the linear rotary variants), optional q/k/v/o
+biases (``attention_bias``).
 
-Loaded by :mod:`attnref.models.smollm` (any size the file's metadata gives)."""
+* a Hugging Face directory (``model_type: llama``; ``config.json`` + ``*.safetensors``, sharded or
+  not), read block by block by :mod:`attnref.audit.families._hf`;
+* a GGUF file (``general.architecture = llama``), e.g. SmolLM2-135M, loaded by
+  :mod:`attnref.models.smollm` (any size the file's metadata gives).
+
+Refused by name: another activation than SiLU, MLP biases, rotary variants other than default and
+linear (e.g. ``llama3``, ``yarn``)."""
 
 from __future__ import annotations
 
@@ -9,11 +16,21 @@ from pathlib import Path
 
 import torch
 
-from attnref.audit.families import AuditError, Family, Loaded, Run
+from attnref.audit.families import GGUF, HF, AuditError, Family, Loaded, Run
 
 
 def _accepts(path: Path, config: dict) -> bool:
-    return config.get("format") == "gguf" and config.get("general.architecture") == "llama"
+    if config.get("format") == HF:
+        return config.get("model_type") == "llama"
+    return config.get("format") == GGUF and config.get("general.architecture") == "llama"
+
+
+def gguf_precision(path: Path, dtype, device) -> None:
+    """A GGUF file is dequantized and computed in float32 on the CPU: another --dtype/--device is refused."""
+    import torch
+    if (dtype not in (None, torch.float32)) or (device not in (None, "cpu") and str(device) != "cpu"):
+        raise AuditError(f"{path.name}: a .gguf file is computed in float32 on the CPU; --dtype and --device "
+                         "apply to Hugging Face directories")
 
 
 def _per_head(w: torch.Tensor, heads: int, d_k: int) -> torch.Tensor:
@@ -36,7 +53,12 @@ def attention_branch(model, l: int):
     return branch
 
 
-def _load(path: Path, config: dict) -> Loaded:
+def _load(path: Path, config: dict, *, dtype=None, device=None) -> Loaded:
+    if config.get("format") == HF:
+        from attnref.audit.families import _hf
+        return _hf.llama_like(path, config, "llama", dtype=dtype, device=device,
+                              layout="pre-norm causal decoder (RMSNorm, SwiGLU, RoPE)")
+    gguf_precision(path, dtype, device)
     from attnref.models import smollm
 
     try:
@@ -81,4 +103,5 @@ def _load(path: Path, config: dict) -> Loaded:
                            "context_length": context})
 
 
-FAMILY = Family("llama", "Llama-style decoders: a .gguf file with general.architecture = llama", _accepts, _load)
+FAMILY = Family("llama", "Llama-style decoders: a Hugging Face directory (model_type llama) or a .gguf file "
+                "(general.architecture llama)", _accepts, _load, formats=(HF, GGUF))
