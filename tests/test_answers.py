@@ -282,3 +282,28 @@ def test_the_gate_beside_e1_is_chapter_8s_result():
     assert gate_problems(_answer("activation-after-projections"), (gate[0] - 0.01, gate[1], gate[2]))
     assert gate_problems(_answer("activation-after-projections"), (0.05, 0.01, 0.09))
 
+
+
+# --- Issue 44 item 12: chapters link forward to the later claims their thread's answer rests on ----
+
+def _markdown(notebook: str) -> str:
+    cells = json.loads((ROOT / "notebooks" / notebook).read_text(encoding="utf-8"))["cells"]
+    return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+
+
+@pytest.mark.parametrize("number, notebook", [(1, "01-nonlinearity.ipynb"), (2, "02-linear-layers.ipynb"),
+                                              (3, "03-attention-vs-linear.ipynb"), (5, "05-multi-head.ipynb")])
+def test_the_chapter_text_links_forward_to_the_later_claims_of_its_answer(number, notebook):
+    """Not only the generated table: the chapter's own text points to the depth and training
+    claims (chapters 7, 8) its thread's answer rests on — D3 and E2 from chapter 2, E3 from 3."""
+    text = _markdown(notebook)
+    for thread in pages.threads_of_chapter(ANSWERS, number):
+        for key in thread["rests_on"]:
+            v = pages.lookup(BOOK, key)
+            if v.model is None and claims.CLAIMS[v.id].chapter in (7, 8):
+                assert re.search(r"\{ref\}`[^`<]*<" + re.escape(v.target) + ">`", text), f"{notebook} never links {key}"
+
+
+def test_chapter_5_names_h5_as_the_answer_to_the_comment_on_arxiv_1906_07510():
+    h5 = _markdown("05-multi-head.ipynb").split("(claim-h5)=")[1].split("(claim-h6)=")[0]
+    assert "1906.07510" in h5 and "H5" in h5

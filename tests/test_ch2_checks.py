@@ -285,6 +285,18 @@ def test_l5_share_check_fails_rarely_and_its_bound_holds():
     assert min(bound for _, bound in small) > 1e-3     # the old design's own bound flags it
 
 
+def test_l5_false_failure_check_names_the_sequences_it_ran():
+    """Issue 44 item 12: the check's 'fails if' line and the comment above it still said 200
+    sequences after the run moved to 2000. The line must name the count the section ran with: at
+    300 sequences the bound exceeds 10⁻⁶, the check fails, and its line says 300."""
+    _, checks = run_section("L5")
+    (rate,) = [c for c in checks if c.name.startswith("the share check's false-failure rate")]
+    assert rate.passed and "200 sequences" not in rate.fails_if
+    _, checks = run_section("L5", ("batch, n, d = 2000, 12, 16", "batch, n, d = 300, 12, 16"))
+    (rate,) = [c for c in checks if c.name.startswith("the share check's false-failure rate")]
+    assert not rate.passed and "(300 here)" in rate.fails_if, rate.fails_if
+
+
 def test_l5_is_judged_on_the_transformer_layer_not_the_basic_form():
     """Issue 38 item 12: the basic form's checks do not vote (they must pass); the verdict comes
     from the Transformer layer's count alone."""

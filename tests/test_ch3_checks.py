@@ -19,6 +19,7 @@ checks, never a copy of them.
 | M4 | a causal mask silently on | SA(PX) = P SA(X), attnref (no causal mask) |
 | M4 | a positional encoding leaking into the no-position case | SA(PX) = P SA(X), attnref |
 | M4 | the causal mask ignored | the causal-mask counterexample |
+| M4 | sinusoidal encodings with sine and cosine swapped, i for 2i, or in halves | encodings vs their closed form (supporting) |
 | M5 | linear attention with a softmax | linear_attention(I, Φ, Φ) vs the loop (supporting) |
 | M4 | NaN in torch's copy of the weights | SA(PX) = P SA(X), torch |
 | M5 | a NaN out of attnref's bra-ket sum | linear_attention(I, Φ, Φ) vs the loop (supporting) |
@@ -176,6 +177,28 @@ def test_m4_an_ignored_causal_mask_is_caught(monkeypatch):
 
 
 # M5 ------------------------------------------------------------------------------------------
+
+def _sinusoidal(n, d, *, swap=False, exponent_i=False, halves=False, **_):
+    """Sinusoidal encodings with one of three plausible bugs (issue 44 item 12)."""
+    positions = torch.arange(n, dtype=torch.float64)[:, None]
+    steps = torch.arange(d // 2, dtype=torch.float64) if exponent_i else torch.arange(0, d, 2, dtype=torch.float64)
+    angles = positions * 10000.0 ** (-steps / d)                       # (n, d/2)
+    first, second = (torch.cos(angles), torch.sin(angles)) if swap else (torch.sin(angles), torch.cos(angles))
+    if halves:
+        return torch.cat([first, second], dim=-1)
+    return torch.stack([first, second], dim=-1).reshape(n, d)
+
+
+@pytest.mark.parametrize("bug", [{"swap": True}, {"exponent_i": True}, {"halves": True}],
+                         ids=["sine and cosine swapped", "i for 2i in the exponent", "halves, not alternating"])
+def test_m4_sinusoidal_encodings_off_their_closed_form_are_caught(monkeypatch, bug):
+    """The encodings were only used, never checked: the supporting check against sin/cos of
+    p / 10000^(2i/d), computed with Python's math, catches each bug."""
+    assert torch.allclose(_sinusoidal(64, 16), attnref.sinusoidal_positional_encoding(64, 16), atol=1e-12)
+    monkeypatch.setattr(attnref, "sinusoidal_positional_encoding", lambda n, d, *a, **k: _sinusoidal(n, d, **bug))
+    verdict, checks = run_section("M4")
+    assert_caught("M4", verdict, checks, "from Python's math")
+
 
 def softmax_linear_attention(original):
     def softmaxed(query, key, value, **kwargs):
