@@ -88,3 +88,171 @@ def test_stored_ngram_baselines_recompute_from_the_corpus():
     for k, entry in again.items():
         assert entry["validation_loss"] == pytest.approx(stored["orders"][k]["validation_loss"], rel=1e-9)
         assert entry["alpha"] == pytest.approx(stored["orders"][k]["alpha"], rel=1e-4)
+
+
+# The confirmatory plans: fresh seeds, committed before their results ---------------------------------
+
+from attnref.training import confirm  # noqa: E402
+from attnref.training import experiments as ex  # noqa: E402
+from test_experiments_plan import _git, assert_plan_precedes_its_results  # noqa: E402
+
+PLAN = CONFIRMATORY / "plan.toml"
+PLAN_TEXT = CONFIRMATORY / "plan-text.toml"
+NOT_RESULTS = {"ngram.json"}              # computed from the corpus, no seed: not a run of the plans
+
+
+def seeds_in(data) -> set[int]:
+    """Every seed a result (or plan) holds: the values of any key naming a seed ("seed", "seeds",
+    "tuning_seed", "comparison_seeds" …), and the keys of a "runs" table keyed by seed."""
+    found: set[int] = set()
+
+    def walk(o, parent=""):
+        if isinstance(o, dict):
+            for k, v in o.items():
+                if "seed" in str(k).lower():
+                    values = v if isinstance(v, list) else [v]
+                    found.update(int(x) for x in values if isinstance(x, int) and not isinstance(x, bool))
+                digit = str(k).isdigit()
+                if parent in ("runs", "setting") and digit:
+                    found.add(int(k))            # runs[seed] or runs[setting][seed]
+                walk(v, "runs" if k == "runs" else ("setting" if parent == "runs" and not digit else ""))
+        elif isinstance(o, list):
+            for v in o:
+                walk(v)
+    walk(data)
+    return found
+
+
+def earlier_seeds() -> dict[int, list[str]]:
+    """Every seed held by a result file or plan of the earlier (exploratory) rounds: data/experiments/**
+    outside confirmatory/, by seed."""
+    out: dict[int, list[str]] = {}
+    for path in sorted(EXPERIMENTS.rglob("*")):
+        if CONFIRMATORY in path.parents or path.suffix not in (".json", ".toml"):
+            continue
+        data = json.loads(path.read_text()) if path.suffix == ".json" else tomllib.loads(path.read_text())
+        for s in seeds_in(data):
+            out.setdefault(s, []).append(str(path.relative_to(ROOT)))
+    return out
+
+
+def plan_seeds(plan: dict) -> set[int]:
+    design = plan["design"]
+    return set(design["comparison_seeds"]) | set(design["pilot_seeds"]) | {design["tuning_seed"]}
+
+
+def reused_seeds(result: dict, earlier: dict[int, list[str]]) -> dict[int, list[str]]:
+    """The seeds of ``result`` that an earlier file holds (empty: the result is on fresh seeds)."""
+    return {s: earlier[s] for s in sorted(seeds_in(result)) if s in earlier}
+
+
+def _plans():
+    return [(PLAN, ex.load_plan(PLAN)), (PLAN_TEXT, ex.load_plan(PLAN_TEXT))]
+
+
+def _results():
+    """The confirmatory result files, each with its plan (a name with "text" belongs to plan-text.toml)."""
+    for path in sorted(CONFIRMATORY.rglob("*.json")):
+        if path.name not in NOT_RESULTS:
+            yield path, (PLAN_TEXT if "text" in path.name else PLAN)
+
+
+def test_the_seed_collector_finds_seeds_in_every_layout():
+    assert seeds_in({"seeds": [0, 1], "tuning_seed": 1000, "runs": [{"seed": 9001}]}) == {0, 1, 1000, 9001}
+    assert seeds_in({"runs": {"dot": {"3": {"config": {"seed": 3}}, "12": {}}}}) == {3, 12}
+    assert seeds_in({"design": {"comparison_seeds": [7], "pilot_seeds": [8]}, "steps": 5}) == {7, 8}
+    # checkpoints and lengths keyed by number are not seeds
+    assert seeds_in({"runs": {"dot": {"4": {"checkpoints": {"500": {}}, "eval": {"8": {}}}}}}) == {4}
+    assert seeds_in({"settings": [{"runs": [{"config": {"seed": 2}, "eval": {"8": {}}, "checkpoint_eval": {"50": {}}}]}]}) == {2}
+    earlier = earlier_seeds()
+    # the exploratory rounds' seeds are found (0-9, the tuning seed 1000, the pilots 9001-9004)
+    assert set(range(10)) | {1000, 9001, 9002, 9003, 9004} <= set(earlier)
+
+
+def test_a_result_on_a_used_seed_fails_the_freshness_check():
+    earlier = earlier_seeds()
+    fake = {"seeds": [43000, 43001], "settings": [{"runs": [{"config": {"seed": 43000}}, {"config": {"seed": 5}}]}]}
+    assert list(reused_seeds(fake, earlier)) == [5]
+    assert reused_seeds({"runs": {"dot": {"43300": {}}}}, earlier) == {}
+
+
+@pytest.mark.parametrize("plan_file, plan", _plans(), ids=["synthetic", "text"])
+def test_the_plans_seeds_are_fresh(plan_file, plan):
+    earlier = earlier_seeds()
+    mine = plan_seeds(plan)
+    assert not {s: earlier[s] for s in mine if s in earlier}, "a confirmatory seed is held by an earlier file"
+    design = plan["design"]
+    groups = [set(design["comparison_seeds"]), set(design["pilot_seeds"]), {design["tuning_seed"]}]
+    assert sum(len(g) for g in groups) == len(mine), "comparison, pilot and tuning seeds overlap"
+    assert len(design["comparison_seeds"]) == design["max_seeds"] >= 20 and len(design["pilot_seeds"]) >= 10
+    other = PLAN_TEXT if plan_file == PLAN else PLAN
+    assert not mine & plan_seeds(ex.load_plan(other)), "the synthetic and text plans share seeds"
+
+
+def test_every_confirmatory_result_is_on_fresh_seeds_of_its_plan():
+    earlier = earlier_seeds()
+    for path, plan_file in _results():
+        data = json.loads(path.read_text())
+        used = seeds_in(data)
+        assert not reused_seeds(data, earlier), f"{path.name} uses seeds an earlier result holds: {reused_seeds(data, earlier)}"
+        assert used <= plan_seeds(ex.load_plan(plan_file)), f"{path.name} uses seeds its plan does not name: {sorted(used - plan_seeds(ex.load_plan(plan_file)))}"
+
+
+def test_the_confirmatory_plans_precede_their_results():
+    if not _git("log", "-1", "--format=%H"):
+        pytest.skip("not a git work tree (the download bundle)")
+    for plan_file in (PLAN, PLAN_TEXT):
+        files = [p for p, f in _results() if f == plan_file]
+        assert_plan_precedes_its_results(plan_file, files)
+        for path in files:                       # and were made under it (a plan edited after its runs: stale)
+            stored = {k: v for k, v in json.loads(path.read_text()).items() if k.endswith("sha256")}
+            assert ex.plan_hash(plan_file) in stored.values(), f"{path.name} does not name {plan_file.name} by its sha256"
+
+
+@pytest.mark.parametrize("plan_file, plan", _plans(), ids=["synthetic", "text"])
+def test_the_plans_name_every_comparison_of_e1_to_e7(plan_file, plan):
+    text = "settings" in plan
+    for e in ex.IDS:
+        voting = [c for c in plan[e]["compare"] if c["votes"]]
+        assert voting, f"{plan_file.name}: {e} has no voting comparison"
+        for c in plan[e]["compare"]:
+            assert c["claim"] in ("better", "as good", "no gain") and plan[e]["verdict"]
+            for side in confirm._sides(c["key"]):
+                names = plan["settings"] if text else [v["name"] for v in plan[e]["variants"]]
+                assert side in names, f"{plan_file.name} {e}: {side!r} of {c['key']!r} is not a setting"
+    assert plan["design"]["delta"] > 0 and "seeds_for" in (plan["design"]["seed_rule"] + ex.load_plan(PLAN)["design"]["seed_rule"])
+    assert "Bonferroni" in ex.load_plan(PLAN)["design"]["grid_rule"]
+
+
+def test_the_text_plan_passes_the_counters_and_is_fair():
+    plan = ex.load_plan(PLAN_TEXT)
+    design = plan["design"]
+    assert design["steps"] >= 2000 and {500, 1000} <= set(design["checkpoints"])
+    assert design["lr_grid"] == design["shared_lr_grid"] and len(design["lr_grid"]) >= 3
+    # E2 at depths 2, 4, 8, each against post-LN with and without warm-up
+    keys = [c["key"] for c in plan["E2"]["compare"] if c["votes"]]
+    for depth in (2, 4, 8):
+        for base in ("post", "post + warm-up"):
+            assert sum(k.startswith(f"{base}, depth {depth} - ") for k in keys) == 2, (base, depth)
+    assert all(plan["settings"][s].get("warmup") == design["warmup"] for s in plan["settings"] if "warm-up" in s)
+    # E6 votes only at the named high rates, which are fixed (not tuned) and higher than the tuning grid
+    for c in plan["E6"]["compare"]:
+        rates = [plan["settings"][s].get("lr") for s in confirm._sides(c["key"])]
+        assert c["votes"] == all(r in plan["E6"]["high_rates"] for r in rates)
+    assert min(plan["E6"]["high_rates"]) > max(design["lr_grid"])
+    # the counters the text budget must pass are stored beside the plan
+    assert json.loads(NGRAM.read_text())["corpus_sha256"]
+
+
+@pytest.mark.parametrize("plan_file", [PLAN, PLAN_TEXT], ids=["synthetic", "text"])
+def test_the_plans_state_their_cost_as_computed(plan_file):
+    plan = ex.load_plan(plan_file)
+    stated = plan["cost"]["expected"]
+    assert stated["seeds"] == plan["design"]["max_seeds"]
+    cost = confirm.plan_cost(plan, stated["seeds"])
+    assert cost["total"]["runs"] == stated["runs"]
+    assert round(cost["total"]["cpu_seconds"] / 60, 1) == pytest.approx(stated["cpu_minutes"], abs=0.05)
+    # more seeds cost more; tuning does not depend on the seed count
+    fewer = confirm.plan_cost(plan, 10)
+    assert fewer["total"]["cpu_seconds"] < cost["total"]["cpu_seconds"]
+    assert fewer["tuning"] == cost["tuning"]

@@ -223,6 +223,64 @@ def test_every_amendment_was_committed_before_the_results_it_governs():
             assert done.returncode == 0, f"{path} ({commit[:8]}) does not descend from {rel}'s commit {plan_commit[:8]}"
 
 
+def first_commit(rel: str) -> str | None:
+    """The commit that first added ``rel`` (a path relative to the repository), or None if it was never committed."""
+    found = (_git("log", "--diff-filter=A", "--format=%H", "--", rel) or "").split()
+    return found[-1] if found else None
+
+
+def precedes(earlier: str, later: str) -> bool:
+    """Whether commit ``earlier`` is an ancestor of (or is) commit ``later``."""
+    return subprocess.run(["git", "merge-base", "--is-ancestor", earlier, later], cwd=ROOT).returncode == 0
+
+
+def governed(plan_file: Path, directory: Path) -> list[Path]:
+    """The result files under ``directory`` that name ``plan_file`` by its sha256 (in any field whose
+    name ends in ``sha256``): the results it governs."""
+    want = ex.plan_hash(plan_file)
+    out = []
+    for path in sorted(directory.rglob("*.json")):
+        data = json.loads(path.read_text())
+        if isinstance(data, dict) and any(k.endswith("sha256") and v == want for k, v in data.items()):
+            out.append(path)
+    return out
+
+
+def assert_plan_precedes_its_results(plan_file: Path, results_paths) -> int:
+    """Every result file's FIRST commit descends from its plan's first commit (a plan cannot be
+    written after results it governs were first committed). Returns the number of files checked."""
+    plan_rel = str(plan_file.relative_to(ROOT))
+    plan_commit = first_commit(plan_rel)
+    results_paths = list(results_paths)
+    if results_paths:
+        assert plan_commit, f"{plan_rel} governs {len(results_paths)} result files but is not committed"
+    checked = 0
+    for path in results_paths:
+        rel = str(Path(path).relative_to(ROOT))
+        commit = first_commit(rel)
+        if commit is None:
+            continue                     # not committed yet: checked when it is
+        assert precedes(plan_commit, commit), \
+            f"{rel} was first committed in {commit[:8]}, which does not descend from {plan_rel}'s first commit {plan_commit[:8]}"
+        checked += 1
+    return checked
+
+
+def test_every_text_plan_and_amendment_precedes_the_first_commit_of_its_results():
+    # issue 44 item 12: the text plan and each text amendment against the FIRST commit of every text
+    # result file that names it by hash (the newest-commit test above cannot see a result committed
+    # before its amendment and re-committed after it)
+    if not _git("log", "-1", "--format=%H"):
+        pytest.skip("not a git work tree (the download bundle)")
+    text_dir = ROOT / "data" / "experiments" / "text"
+    checked = 0
+    for plan_file in [text_dir / "plan.toml", *ex.amendment_paths(text_dir)]:
+        files = governed(plan_file, text_dir)
+        assert files, f"{plan_file.name} governs no text result file (a hash field missing?)"
+        checked += assert_plan_precedes_its_results(plan_file, files)
+    assert checked >= 5
+
+
 @pytest.mark.parametrize("experiment", ex.IDS)
 def test_the_results_record_the_amendments_they_were_made_under(experiment):
     for directory in (results.DATA, results.DATA / results.PORTABLE, results.DATA / results.ROBUST):

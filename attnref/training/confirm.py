@@ -354,3 +354,81 @@ def false_verdict(decision: GridDecision) -> bool:
     """Whether a comparison whose claim is false (true gain on the opposite side of the bound at
     every point) was read as holding: the claim's side decided, or a condition named."""
     return decision.outcome == CLAIM or (decision.outcome == OPPOSITE and bool(decision.conditions))
+
+
+# The plans' expected cost ------------------------------------------------------------------------
+
+def _sides(key: str) -> list[str]:
+    """The settings a comparison key "a - b" names (a checkpoint or length suffix "@…" dropped)."""
+    return [side.strip().partition("@")[0].strip() if "@ " not in side else side.strip()
+            for side in key.split(" - ")]
+
+
+def plan_cost(plan: dict, seeds: int) -> dict:
+    """The expected CPU-seconds of a confirmatory plan at ``seeds`` comparison seeds, stage by stage,
+    from the per-run costs in its ``[cost]`` table (lone runs on an idle core) and the measured
+    speed-up of training a setting's seeds as one batched model: ``{stage: {"runs", "cpu_seconds"}}``
+    and ``"total"``. Stages: tuning (every tuned setting at every rate of ``lr_grid`` on the tuning
+    seed, lone), pilot (both settings of every pilot pair on the pilot seeds, batched), comparisons
+    (every setting on ``seeds`` seeds, batched; synthetic runs continue to the largest budget
+    factor), the shared-rate grid (every setting of a voting comparison at each other rate of
+    ``shared_lr_grid``, batched) and, where the plan has one, the portable-kernel recheck of the
+    voting comparisons' runs (batched)."""
+    design, cost = plan["design"], plan["cost"]
+    speedup = float(cost["batch_speedup"])
+    rates = len(design["lr_grid"])
+    other_rates = len(design["shared_lr_grid"]) - 1
+    pilots = len(design["pilot_seeds"])
+    out: dict = {}
+
+    def add(stage: str, runs: float, seconds: float) -> None:
+        entry = out.setdefault(stage, {"runs": 0, "cpu_seconds": 0.0})
+        entry["runs"] += runs
+        entry["cpu_seconds"] += seconds
+
+    if "settings" in plan:                                        # text
+        per_step = cost["ms_per_step_by_layers"]
+        layers = lambda s: int(plan["settings"][s].get("layers", design["layers"]))
+        run = lambda s: per_step[str(layers(s))] / 1000 * design["steps"]
+        fixed = {s for s, f in plan["settings"].items() if "lr" in f}
+        voting = {side for e in plan if e.startswith("E") for c in plan[e].get("compare", []) if c["votes"]
+                  for side in _sides(c["key"])}
+        for s in plan["settings"]:
+            if s not in fixed:
+                add("tuning", rates, rates * run(s))
+            add("comparisons", seeds, seeds * run(s) / speedup)
+            if s in voting and s not in fixed and layers(s) == design["layers"]:
+                add("shared-rate grid", other_rates * seeds, other_rates * seeds * run(s) / speedup)
+        for pair in plan["pilot"]["pairs"]:
+            for s in _sides(pair["key"]):
+                add("pilot", pilots, pilots * run(s) / speedup)
+    else:                                                         # synthetic
+        from attnref.training import experiments
+
+        idle = float(cost["idle_factor"])
+        per_run = cost["per_run_cpu_seconds_shared"]
+        factor = max(design.get("budget_factors", [1]))
+        found = experiments.settings(plan)
+        price = lambda e, g: float(per_run.get(f"{e} {g}", per_run.get(e))) / idle
+        for e, items in found.items():
+            tuned = plan[e].get("tuned", True)
+            voting = set()
+            for c in plan[e].get("compare", []):
+                if c["votes"]:
+                    for g in c.get("groups", [x["name"] for x in plan[e]["groups"]]):
+                        voting |= {(side, g) for side in _sides(c["key"])}
+            for s in items:
+                p = price(e, s.group)
+                if tuned:
+                    add("tuning", rates, rates * p)
+                add("comparisons", seeds, seeds * factor * p / speedup)
+                if (s.variant, s.group) in voting:
+                    if tuned:
+                        add("shared-rate grid", other_rates * seeds, other_rates * seeds * p / speedup)
+                    add("portable recheck", seeds, seeds * p / speedup)
+        for pair in plan["pilot"]["pairs"]:
+            for _ in _sides(pair["key"]):
+                add("pilot", pilots, pilots * price(pair["experiment"], pair["group"]) / speedup)
+    out["total"] = {"runs": sum(v["runs"] for v in out.values()),
+                    "cpu_seconds": sum(v["cpu_seconds"] for v in out.values())}
+    return out
