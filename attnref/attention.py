@@ -487,22 +487,25 @@ def _cosine(query: Tensor, key: Tensor, key_allowed_zero: Tensor | None = None) 
 
 def cosine_attention(query: Tensor, key: Tensor, value: Tensor, *, mask: Tensor | None = None,
                      key_mask: Tensor | None = None, causal: bool = False,
-                     beta: float | Tensor = 1.0) -> AttentionResult:
+                     beta: float | Tensor = 1.0, need_weights: bool = True) -> AttentionResult:
     r"""Content-based addressing (Graves et al., 2014): :math:`\alpha_{ij} = \mathrm{softmax}_j(\beta \cos(q_i, k_j))`.
 
     ``beta`` is the key strength (an inverse temperature): a real number, or a tensor of
     shape ``(..., n, 1)`` (broadcastable with the scores) giving one strength per query.
     Masks as in :func:`scaled_dot_product_attention`. A zero key has no cosine: it raises
-    ``ValueError`` unless ``key_mask`` removes it (then it gets weight 0).
+    ``ValueError`` unless ``key_mask`` removes it (then it gets weight 0). ``need_weights=False``
+    returns ``weights=None`` (the kernel contract of :mod:`attnref.multihead`).
     """
     _check_qkv(query, key, value)
+    check.boolean("need_weights", need_weights)
     beta = check.strength("beta", beta, scores_shape(query, key), query.dtype, query.device)
     removed = None if key_mask is None else ~check.key_mask(key_mask, "key", key)[..., 0, :]   # (..., m)
     scores = _cosine(query, key, removed)         # (..., n, m) in [-1, 1], zero keys only where removed
     scores = beta * scores                        # β sharpens or flattens
     _finite_scores(scores, lambda: f"beta times the cosine scores (beta of type {type(beta).__name__})")
     full_mask = _content_mask(tuple(scores.shape), query.dtype, query.device, mask, key_mask, causal, "key", key)
-    return _attend(scores, value, full_mask, "beta times the cosine scores", overwrite=True, causal=causal)
+    result = _attend(scores, value, full_mask, "beta times the cosine scores", overwrite=True, causal=causal)
+    return result if need_weights else result._replace(weights=None)
 
 
 def parameter_free_self_attention(x: Tensor, *, mask: Tensor | None = None, key_mask: Tensor | None = None,
@@ -525,7 +528,7 @@ def parameter_free_self_attention(x: Tensor, *, mask: Tensor | None = None, key_
 
 
 def linear_attention(query: Tensor, key: Tensor, value: Tensor, *, mask: Tensor | None = None,
-                     key_mask: Tensor | None = None, causal: bool = False) -> AttentionResult:
+                     key_mask: Tensor | None = None, causal: bool = False, need_weights: bool = True) -> AttentionResult:
     r"""Attention with the softmax removed (the "bra-ket" form): :math:`y_i = \sum_j (q_i\cdot k_j)\, v_j`.
 
     Equivalently :math:`Y = (Q K^\top) V = Q (K^\top V)`: the operator
@@ -533,9 +536,11 @@ def linear_attention(query: Tensor, key: Tensor, value: Tensor, *, mask: Tensor 
     result's ``weights`` are ``None`` and its ``scores`` hold the raw products ``Q Kᵀ`` (before any
     mask). Masks (boolean only: there is no softmax for an additive mask to act in) remove pairs
     ``(i, j)`` from the sum: their coefficient is set to 0.
-    float16/bfloat16: scores and ``@ V`` in float32, results in the input dtype.
+    float16/bfloat16: scores and ``@ V`` in float32, results in the input dtype. ``need_weights`` is
+    accepted for the kernel contract of :mod:`attnref.multihead` (there are no weights either way).
     """
     _check_qkv(query, key, value)
+    check.boolean("need_weights", need_weights)
     if mask is not None and isinstance(mask, torch.Tensor) and mask.dtype != torch.bool:
         raise ValueError(f"linear_attention takes boolean masks only (True = may attend), got mask "
                          f"{mask.dtype} with shape {check.shape_of(mask)}")

@@ -10,20 +10,38 @@ matrices; :meth:`MultiHeadWeights.from_torch` and :meth:`MultiHeadWeights.to_tor
 and split explicitly.
 
 **One hook for a new attention.** Both functions compute each head with one per-head attention,
-the argument ``attention`` (default :func:`attnref.scaled_dot_product_attention`): any function
-with the call shape of attnref's SDPA, ``attention(q, k, v, *, mask=None, causal=False) ->
-AttentionResult``, e.g. :func:`attnref.qknorm.qk_norm` (QK-norm), :func:`attnref.sigmoid.sigmoid_attention`
-or :func:`attnref.cosine_attention`. It receives the projected heads — ``(..., n, d_k)`` one head at
-a time in :func:`multi_head_attention`, all heads at once ``(..., h, n, d_k)`` in
-:func:`multi_head_attention_packed` — and the mask of the call with ``key_mask`` folded in
-(:func:`multi_head_attention` hands each head its own slice of a per-head mask); ``causal`` is
-passed as given. With ``need_weights=False`` it is also given ``need_weights=False`` (SDPA then
-computes block by block, without the ``n × m`` weights). The projections, the concatenation and
-``W^O`` are computed here, once, for every attention.
+the argument ``attention`` (default :func:`attnref.scaled_dot_product_attention`), a *kernel*; the
+projections, the concatenation and ``W^O`` are computed here, once, for every attention. The
+layers (:mod:`attnref.blocks`), the decoder's grouped-query attention (:mod:`attnref.decoder`)
+and the training models take the same kernels.
+
+**The kernel contract** (the one place it is written; :func:`kernels` lists the kernels attnref
+ships, and every one of them is tested against it)::
+
+    attention(q, k, v, *, mask=None, causal=False[, need_weights=True][, heads=None]) -> AttentionResult
+
+* ``q (..., h', n, d_k)``, ``k (..., h', m, d_k)``, ``v (..., h', m, d_v)``: **the head axis is
+  always axis −3** — all ``h`` heads at once (:func:`multi_head_attention_packed`, grouped-query
+  attention with each key/value head repeated for its group) or one head, ``h' = 1``
+  (:func:`multi_head_attention`, head by head).
+* ``heads``: the indices of those heads in the layer, a tuple of ``h'`` ints (``(0, …, h − 1)``,
+  or ``(i,)`` for head ``i``). A head-dependent kernel (ALiBi slopes, a per-head temperature)
+  declares ``heads`` and reads it; it is passed only to a kernel that names it (not through
+  ``**kwargs``: a wrapper that passes its keywords on to SDPA stays valid).
+* ``mask``: the call's mask with ``key_mask`` folded in, broadcastable to ``(..., h', n, m)``
+  (a per-head mask sliced to the kernel's heads), or ``None``; ``causal``: as given.
+* ``need_weights``: ``False`` when the caller wants no weights — the kernel may then return
+  ``weights=None`` (SDPA computes block by block, without the ``n × m`` weights). Passed only to a
+  kernel that declares it (or ``**kwargs``); one that does not is called without it and its
+  weights dropped.
+* Returns an :class:`~attnref.attention.AttentionResult` with ``output (..., h', n, d_v)`` and
+  ``weights (..., h', n, m)`` or ``None``; any other shape raises ``ValueError`` naming it (a kernel
+  that broadcasts a per-head table over all ``h`` heads while given one is caught here).
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, fields
 from typing import Callable
 
@@ -34,7 +52,8 @@ from attnref.attention import AttentionResult, scaled_dot_product_attention
 
 Tensor = torch.Tensor
 
-#: A per-head attention: ``f(query, key, value, *, mask=None, causal=False) -> AttentionResult``.
+#: A per-head attention (a kernel, see the module docstring):
+#: ``f(q, k, v, *, mask=None, causal=False[, need_weights=True][, heads=None]) -> AttentionResult``.
 AttentionFunction = Callable[..., AttentionResult]
 
 
@@ -287,6 +306,19 @@ def _mask(x_q: Tensor, x_k: Tensor, x_v: Tensor, weights: MultiHeadWeights, mask
     return check.combine_masks(mask, keep), per_head
 
 
+def kernels() -> dict[str, AttentionFunction]:
+    """The kernels attnref ships, by name — every one keeps the kernel contract (module docstring):
+    scaled dot-product (the default), cosine (Graves et al. 2014, ``beta = 1``), sigmoid (Ramapuram
+    et al. 2024), linear (no softmax, no weights), QK-norm with unit gains (:func:`attnref.qknorm.qk_norm`)
+    and QK-norm attention called directly (:func:`attnref.qknorm.qk_norm_attention`)."""
+    from attnref.attention import cosine_attention, linear_attention
+    from attnref.qknorm import qk_norm, qk_norm_attention
+    from attnref.sigmoid import sigmoid_attention
+    return {"scaled_dot_product_attention": scaled_dot_product_attention, "cosine_attention": cosine_attention,
+            "sigmoid_attention": sigmoid_attention, "linear_attention": linear_attention,
+            "qk_norm()": qk_norm(), "qk_norm_attention": qk_norm_attention}
+
+
 def _attention_function(attention: object) -> AttentionFunction:
     """The per-head attention: ``None`` is attnref's SDPA; anything else must be callable."""
     if attention is None:
@@ -297,17 +329,76 @@ def _attention_function(attention: object) -> AttentionFunction:
     return attention
 
 
+#: Which optional keywords of the contract a kernel declares, by its code object (shared by every
+#: closure a factory such as :func:`attnref.qknorm.qk_norm` returns) or by the callable itself.
+_DECLARED: dict[object, frozenset[str]] = {}
+
+
+def _declared(attention: AttentionFunction) -> frozenset[str]:
+    """The optional keywords of the kernel contract (``need_weights``, ``heads``) that ``attention``
+    accepts: declared as parameters; ``**kwargs`` takes ``need_weights`` (``heads`` only by name)."""
+    key = getattr(attention, "__code__", None) or attention
+    try:
+        return _DECLARED[key]
+    except (KeyError, TypeError):
+        pass
+    try:
+        parameters = inspect.signature(attention).parameters.values()
+    except (TypeError, ValueError):                  # no signature to read (a builtin): pass nothing optional
+        return frozenset()
+    named = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    found = frozenset(p.name for p in parameters if p.name in _OPTIONAL and p.kind in named)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        found = found | {"need_weights"}         # a wrapper passing **kwargs on (to SDPA, say): heads only by name
+    try:
+        if len(_DECLARED) < 4096:
+            _DECLARED[key] = found
+    except TypeError:                                # unhashable callable: not cached
+        pass
+    return found
+
+
+_OPTIONAL = ("need_weights", "heads")
+
+
 def _attend_heads(attention: AttentionFunction, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
-                  causal: bool, need_weights: bool) -> AttentionResult:
-    """One call of the per-head attention, its result checked to be an :class:`AttentionResult`."""
-    if need_weights:
-        result = attention(q, k, v, mask=mask, causal=causal)
-    else:
-        result = attention(q, k, v, mask=mask, causal=causal, need_weights=False)
+                  causal: bool, need_weights: bool, heads: tuple[int, ...] | None = None) -> AttentionResult:
+    """One call of a kernel under the contract (module docstring): ``q (..., h', n, d_k)`` with the head
+    axis at −3, ``heads`` their indices (default ``0 … h' − 1``); the result checked to be an
+    :class:`AttentionResult` of the contract's shapes."""
+    heads = tuple(range(q.shape[-3])) if heads is None else heads
+    declared = _declared(attention)
+    optional = {}
+    if not need_weights and "need_weights" in declared:
+        optional["need_weights"] = False
+    if "heads" in declared:
+        optional["heads"] = heads
+    result = attention(q, k, v, mask=mask, causal=causal, **optional)
+    name = getattr(attention, "__name__", type(attention).__name__)
     if not isinstance(result, AttentionResult):
-        raise ValueError(f"attention {getattr(attention, '__name__', type(attention).__name__)} returned "
-                         f"{type(result).__name__}; it must return an attnref.AttentionResult")
-    return result
+        raise ValueError(f"attention {name} returned {type(result).__name__}; it must return an attnref.AttentionResult")
+    batch = check.broadcast_shapes(*(tuple(t.shape[:-3]) for t in (q, k, v)),
+                                   *(() if mask is None else (tuple(mask.shape[:-3]),)))
+    expected = tuple(batch or ()) + (len(heads), q.shape[-2], v.shape[-1])
+    output = result.output
+    if not isinstance(output, torch.Tensor) or tuple(output.shape) != expected:
+        raise ValueError(
+            f"attention {name} returned an output of shape {getattr(output, 'shape', type(output).__name__)} for "
+            f"q {check.shape_of(q)} (heads {_heads_text(heads)}), expected {expected} = (..., h', n, d_v): a kernel "
+            "keeps the head axis −3 of its inputs (a per-head table must be indexed by heads=, see the kernel "
+            "contract in attnref.multihead)")
+    weights = result.weights if need_weights else None
+    if weights is not None and (not isinstance(weights, torch.Tensor)
+                                or tuple(weights.shape) != expected[:-1] + (k.shape[-2],)):
+        raise ValueError(f"attention {name} returned weights of shape "
+                         f"{getattr(weights, 'shape', type(weights).__name__)}, expected "
+                         f"{expected[:-1] + (k.shape[-2],)} = (..., h', n, m)")
+    return result if weights is result.weights else result._replace(weights=None)
+
+
+def _heads_text(heads: tuple[int, ...]) -> str:
+    return f"({heads[0]},)" if len(heads) == 1 else f"0 … {len(heads) - 1}" if heads == tuple(range(len(heads))) \
+        else str(heads)
 
 
 def multi_head_attention(query: Tensor, key: Tensor | None = None, value: Tensor | None = None, *,
@@ -347,19 +438,34 @@ def multi_head_attention(query: Tensor, key: Tensor | None = None, value: Tensor
             k_i = k_i + weights.b_k[..., i, None, :]
         if weights.b_v is not None:
             v_i = v_i + weights.b_v[..., i, None, :]
-        mask_i = full_mask
-        if per_head:                   # the mask of head i: (..., n, m)
-            mask_i = full_mask[..., 0 if full_mask.shape[-3] == 1 else i, :, :]
-        head_i = _attend_heads(attend, q_i, k_i, v_i, mask_i, causal, need_weights)
-        heads.append(head_i.output)            # (..., n, d_v)
-        head_weights.append(head_i.weights)    # (..., n, m)
+        j = None if full_mask is None or not per_head else (0 if full_mask.shape[-3] == 1 else i)
+        if attend is scaled_dot_product_attention:
+            # attnref's SDPA depends on no head and no layout: the head's tensors as they are (the
+            # same numbers; a size-1 axis would send float32 q kᵀ to another matmul kernel)
+            mask_i = full_mask if j is None else full_mask[..., j, :, :]          # (..., n, m)
+            lean = {} if need_weights else {"need_weights": False}
+            head_i = scaled_dot_product_attention(q_i, k_i, v_i, mask=mask_i, causal=causal, **lean)
+            heads.append(head_i.output)                                       # (..., n, d_v)
+            head_weights.append(None if head_i.weights is None else head_i.weights.unsqueeze(-3))
+            continue
+        if full_mask is None:
+            mask_i = None
+        elif j is not None:            # the mask of head i, its head axis kept: (..., 1, n, m)
+            mask_i = full_mask[..., j:j + 1, :, :]
+        else:
+            mask_i = full_mask.unsqueeze(-3)   # (..., 1, n, m)
+        # the kernel contract: the head axis at −3 (here of size 1) and the head's index
+        head_i = _attend_heads(attend, q_i.unsqueeze(-3), k_i.unsqueeze(-3), v_i.unsqueeze(-3), mask_i, causal,
+                               need_weights, heads=(i,))
+        heads.append(head_i.output.squeeze(-3))            # (..., n, d_v)
+        head_weights.append(head_i.weights)                # (..., 1, n, m) or None
     concatenated = torch.cat(heads, dim=-1)    # (..., n, h·d_v)
     output = concatenated @ weights.w_o        # (..., n, h·d_v) @ (*W, h·d_v, d) -> (..., n, d)
     if weights.b_o is not None:
         output = output + weights.b_o[..., None, :]
     if not need_weights or any(w is None for w in head_weights):
         return AttentionResult(output, None)
-    return AttentionResult(output, torch.stack(head_weights, dim=-3))   # weights (..., h, n, m)
+    return AttentionResult(output, torch.cat(head_weights, dim=-3))     # weights (..., h, n, m)
 
 
 def multi_head_attention_packed(query: Tensor, key: Tensor | None = None, value: Tensor | None = None, *,

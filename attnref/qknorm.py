@@ -69,35 +69,38 @@ def qk_rms_norm(x: Tensor, weight: Tensor | None = None, *, eps: float = 1e-6,
 def qk_norm_attention(query: Tensor, key: Tensor, value: Tensor, *, query_weight: Tensor | None = None,
                       key_weight: Tensor | None = None, eps: float = 1e-6, unit_offset: bool = True,
                       mask: Tensor | None = None, key_mask: Tensor | None = None, causal: bool = False,
-                      scale: float | None = None) -> AttentionResult:
+                      scale: float | None = None, need_weights: bool = True) -> AttentionResult:
     r"""QK-norm attention: :math:`\operatorname{softmax}(\operatorname{norm}_Q(Q)\operatorname{norm}_K(K)^\top
     \cdot \mathrm{scale})\, V`, ``scale`` default :math:`1/\sqrt{d_k}`.
 
     ``query (..., n, d_k)``, ``key (..., m, d_k)``, ``value (..., m, d_v)``; ``query_weight`` and
     ``key_weight`` ``(d_k,)`` (Gemma's :math:`w`, gain :math:`1 + w`; ``None``: gain 1). Masks as in
-    :func:`attnref.scaled_dot_product_attention`, which computes the rest.
+    :func:`attnref.scaled_dot_product_attention`, which computes the rest (``need_weights=False``:
+    no weights, block by block, as SDPA).
     """
     check.floating("query", query, min_dim=2)
     check.floating("key", key, min_dim=2)
     check.dim_equal("query and key must have the same width d_k", "query", query, -1, "key", key, -1)
     q = qk_rms_norm(query, query_weight, eps=eps, unit_offset=unit_offset)   # (..., n, d_k)
     k = qk_rms_norm(key, key_weight, eps=eps, unit_offset=unit_offset)       # (..., m, d_k)
-    return scaled_dot_product_attention(q, k, value, mask=mask, key_mask=key_mask, causal=causal, scale=scale)
+    return scaled_dot_product_attention(q, k, value, mask=mask, key_mask=key_mask, causal=causal, scale=scale,
+                                        need_weights=need_weights)
 
 
 def qk_norm(query_weight: Tensor | None = None, key_weight: Tensor | None = None, *, eps: float = 1e-6,
             unit_offset: bool = True, scale: float | None = None) -> Callable[..., AttentionResult]:
     """QK-norm attention with its gains bound: ``f(query, key, value, *, mask=None, key_mask=None,
-    causal=False)``, the per-head attention that :func:`attnref.multi_head_attention`, the layers
-    and the training models take as ``attention=``. The weights may be ``torch.nn.Parameter`` s
+    causal=False, need_weights=True)``, a kernel (the contract of :mod:`attnref.multihead`) that
+    :func:`attnref.multi_head_attention`, the layers and the training models take as ``attention=``. The weights may be ``torch.nn.Parameter`` s
     (they are read at every call, so a training step updates what the function uses)."""
     check.real_number("eps", eps, nonnegative=True)
     check.boolean("unit_offset", unit_offset)
 
     def attention(query: Tensor, key: Tensor, value: Tensor, *, mask: Tensor | None = None,
-                  key_mask: Tensor | None = None, causal: bool = False) -> AttentionResult:
+                  key_mask: Tensor | None = None, causal: bool = False, need_weights: bool = True) -> AttentionResult:
         return qk_norm_attention(query, key, value, query_weight=query_weight, key_weight=key_weight, eps=eps,
-                                 unit_offset=unit_offset, mask=mask, key_mask=key_mask, causal=causal, scale=scale)
+                                 unit_offset=unit_offset, mask=mask, key_mask=key_mask, causal=causal, scale=scale,
+                                 need_weights=need_weights)
 
     attention.__name__ = attention.__qualname__ = "qk_norm_attention"
     return attention
