@@ -209,6 +209,63 @@ def test_the_audit_runs_and_its_rank_recheck_equals_the_weights(family, built, t
     if family != "bert":
         assert report["rechecks"]["D1"]["verdict"]                             # D1 ran (3 blocks)
     assert report["compute"] == {"dtype": "float32", "device": "cpu", "layerwise": family != "bert", "note": None}
+    validate(report)
+    html = (tmp_path / "report" / "report.html").read_text()
+    assert "http://" not in html and "https://" not in html                    # self-contained
+    assert f"<b>{family}</b> family" in html and report["checkpoint"]["sha256"] in html
+    assert f"<th>d</th><td>{report['model']['d']}</td>" in html and f"<th>layers</th><td>3</td>" in html
+    for cid, entry in report["rechecks"].items():
+        section = html.split(f"<section id='{cid.lower()}'>")[1].split("</section>")[0]
+        assert entry["verdict"] in section and "would have failed it" in section
+        for check in entry["checks"]:
+            assert _escaped(check["measured"]) in section and _escaped(check["fails_if"] or "") in section
+    # the book's three models beside the reader's, for every recheck (their stored reports)
+    book = report["book_models"]
+    assert set(book) == {"minilm", "smollm2", "gemma3"}, sorted(book)
+    for name, entry in book.items():
+        assert entry["label"] in html
+        for cid, verdict in entry["verdicts"].items():
+            if cid in report["rechecks"]:
+                section = html.split(f"<section id='{cid.lower()}'>")[1].split("</section>")[0]
+                assert f"{_escaped(entry['label'])}: <span class='badge' style='background:" in section and verdict in section
+        assert entry["numbers"]["H2"]["heads"] == json.loads((ROOT / "data" / "audit" / name / "report.json")
+                                                              .read_text())["measurements"]["H2"]["heads"]
+
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA = ROOT / "attnref" / "audit" / "report.schema.json"
+
+
+def _escaped(text: str) -> str:
+    import html
+    return html.escape(str(text))
+
+
+def validate(report: dict) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads(SCHEMA.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.Draft202012Validator(schema).validate(json.loads(json.dumps(report)))
+
+
+def test_the_schema_refuses_a_report_that_does_not_follow_it(built, tmp_path):
+    """The schema file is what the package ships (the report names its version) and it can fail:
+    a report without its compute record, with a verdict outside the book's five, or with a
+    short hash is refused."""
+    jsonschema = pytest.importorskip("jsonschema")
+    from attnref.audit import REPORT_VERSION
+    from attnref.audit import report as report_module
+    assert report_module.SCHEMA == SCHEMA and json.loads(SCHEMA.read_text())["properties"]["schema"]["const"] == REPORT_VERSION
+    folder, _ = built["gpt2"]
+    good = json.loads(json.dumps(audit(folder, TEXTS, tmp_path / "r")))
+    validate(good)
+    broken = [dict(good), json.loads(json.dumps(good)), json.loads(json.dumps(good))]
+    del broken[0]["compute"]
+    broken[1]["rechecks"]["H2"]["verdict"] = "probably"
+    broken[2]["checkpoint"]["sha256"] = "abc"
+    for report in broken:
+        with pytest.raises(jsonschema.ValidationError):
+            validate(report)
 
 
 def test_sharded_and_half_precision_checkpoints_are_read_as_stored(built):
@@ -335,3 +392,30 @@ def test_a_truncated_shard_and_a_missing_shard_are_one_line(built, tmp_path, cap
         code = main([str(folder), "--texts", str(_texts(tmp_path)), "--out", str(tmp_path / "r"), "--quiet"])
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1 and ("corrupt" in err if case == "truncated" else "is missing" in err), err
+
+
+def test_a_registered_recheck_is_measured_recorded_and_reported(built, tmp_path, monkeypatch):
+    """rechecks.register (the extension point for new rechecks, /tmp/team/audit-extension.md): a recheck
+    registered for a claim the audit does not check itself is measured on the same pass, decided by
+    the engine's rule and written into the report; a measure that returns None leaves it out."""
+    from attnref.book import claims
+    monkeypatch.setattr(rechecks, "EXTENSIONS", {})
+    seen = {}
+
+    def measure(model, sums, long_ids, paths):
+        seen["layers"] = model.layers
+        return {"tokens": int(sums.tokens.sum())}
+
+    def record(evidence, m):
+        evidence.supporting.at_least("tokens read", m["C1"]["tokens"], 1, kind=claims.REAL_MODEL)
+        evidence.exact("tokens read, again", m["C1"]["tokens"], m["C1"]["tokens"], kind=claims.REAL_MODEL)
+    rechecks.register("C1", measure, record)
+    with pytest.raises(ValueError, match="own rechecks"):
+        rechecks.register("H2", measure, record)
+    folder, _ = built["mistral"]
+    report = audit(folder, TEXTS, tmp_path / "r")
+    assert seen["layers"] == 3 and report["measurements"]["C1"]["tokens"] == report["texts"]["tokens"]
+    assert report["rechecks"]["C1"]["verdict"] == claims.HOLDS and list(report["rechecks"])[-1] == "C1"
+    validate(report)
+    rechecks.register("C1", lambda *a: None, record)
+    assert "C1" not in audit(folder, TEXTS, tmp_path / "r2")["rechecks"]

@@ -147,6 +147,8 @@ def audit(path: str | Path, texts: list[str] | None = None, out: str | Path = "a
                      "python": platform.python_version()},
         "seconds": round(time.perf_counter() - started, 1),
     }
+    result["numbers"] = report_module.headline_numbers(result["measurements"])
+    result["book_models"] = report_module.book_comparison()
     if layerwise is not None and layerwise.seconds_per_block:
         per_block = sorted(layerwise.seconds_per_block)
         result["timing"] = {"blocks": len(per_block), "median_seconds_per_block": round(per_block[len(per_block) // 2], 4)}

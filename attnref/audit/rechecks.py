@@ -294,6 +294,13 @@ def measure(model: Loaded, sums: Sums, long_ids: list[int] | None, paths: dict[s
                 best = w[head, rows].argmax(-1)                                 # (rows,)
                 winners += int(inside[best].sum())
         out["C9"] = {"tokens": n, "interior_keys": interior_total, "interior_winners": winners, "heads": L * h}
+
+    # registered rechecks (register): each measures what it needs from the same pass
+    load_extensions()
+    for cid, (measure_extension, _) in EXTENSIONS.items():
+        value = measure_extension(model, sums, long_ids, paths)
+        if value is not None:
+            out[cid] = value
     return out
 
 
@@ -324,11 +331,37 @@ def from_plain(m: dict) -> dict:
 #: The rechecks in the report's order (each is recorded only if its measurement is there).
 RECHECKS = ("H2", "C3", "C6", "L4", "A2", "A1", "C9", "D1")
 
+#: Rechecks added by other modules through :func:`register`: ID -> (measure, record). A module
+#: ``attnref/audit/recheck_*.py`` is imported by :func:`load_extensions` (nothing else to edit); it
+#: calls :func:`register` at import. See /tmp/team/audit-extension.md (and book/audit.md).
+EXTENSIONS: dict = {}
+
+
+def register(claim_id: str, measure, record) -> None:
+    """Add a recheck: ``measure(model, sums, long_ids, paths) -> dict | None`` (its measurements,
+    JSON-ready after :func:`plain`, stored under ``claim_id``; None: not measured on this model) and
+    ``record(evidence, m)`` (records its checks from ``m[claim_id]`` with the claims engine)."""
+    if claim_id in RECHECKS:
+        raise ValueError(f"{claim_id} is one of the audit's own rechecks ({', '.join(RECHECKS)})")
+    EXTENSIONS[claim_id] = (measure, record)
+
+
+def load_extensions() -> list[str]:
+    """Import every ``attnref.audit.recheck_*`` module (each registers its rechecks); their IDs."""
+    import importlib
+    import pkgutil
+
+    import attnref.audit as package
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name.startswith("recheck_"):
+            importlib.import_module(f"{package.__name__}.{info.name}")
+    return list(EXTENSIONS)
+
 
 def measured_rechecks(m: dict) -> list[str]:
-    """The rechecks whose measurements ``m`` holds."""
+    """The rechecks whose measurements ``m`` holds (the audit's own, then the registered ones)."""
     needs = {"L4": "anisotropy", "A2": "anisotropy"}
-    return [cid for cid in RECHECKS if needs.get(cid, cid) in m]
+    return [cid for cid in RECHECKS + tuple(EXTENSIONS) if needs.get(cid, cid) in m]
 
 
 def verdicts(model_name: str, m: dict) -> dict[str, tuple[str, list]]:
@@ -346,8 +379,11 @@ def record(evidence, m: dict) -> None:
     recheck, or the audit's own) from the measurements ``m`` (:func:`measure`'s, or a stored
     report's through :func:`from_plain`): the one place each recheck's checks are written."""
     cid = evidence.claim.id
+    if cid in EXTENSIONS:
+        EXTENSIONS[cid][1](evidence, m)
+        return
     if cid not in RECHECKS:
-        raise ValueError(f"the audit has no recheck of {cid}; it has {', '.join(RECHECKS)}")
+        raise ValueError(f"the audit has no recheck of {cid}; it has {', '.join(RECHECKS + tuple(EXTENSIONS))}")
     globals()[f"_record_{cid}"](evidence, m)
 
 

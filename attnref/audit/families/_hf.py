@@ -78,17 +78,26 @@ class Checkpoint:
                 hint = (f" (found {other[0]}: save it again with save_pretrained, which writes safetensors)"
                         if other else "")
                 raise AuditError(f"{path.name}: no model.safetensors or model.safetensors.index.json{hint}")
-        self.handles, self.where = {}, {}
+        self._open = safe_open
+        self.where, self.dtypes = {}, set()
         for name in names:
             try:
-                handle = safe_open(str(path / name), framework="pt")
-                keys = list(handle.keys())
+                with safe_open(str(path / name), framework="pt") as handle:
+                    keys = list(handle.keys())
+                    self.dtypes.update(str(handle.get_slice(k).get_dtype()) for k in keys)
             except Exception as error:        # safetensors raises its own error types on a bad header or size
                 raise AuditError(f"{path.name}/{name} is corrupt or truncated ({error.__class__.__name__}: "
                                  f"{_first_line(error)})") from None
-            self.handles[name] = handle
             self.where.update(dict.fromkeys(keys, name))
         self.files = [path / name for name in names]
+
+    def _handle(self, name: str):
+        """The shard that holds tensor ``name``, memory-mapped for one read: opened per read and closed
+        after it, so that the pages of the map that a block touched leave the process with the block
+        (a map held open for the whole audit would end up holding the whole file in its resident set)."""
+        if name not in self.where:
+            raise AuditError(f"{self.path.name}: the checkpoint has no tensor {name}")
+        return self._open(str(self.path / self.where[name]), framework="pt")
 
     def has(self, name: str) -> bool:
         return name in self.where
@@ -98,37 +107,34 @@ class Checkpoint:
 
     def get(self, name: str, dtype: torch.dtype | None = None, device=None) -> Tensor:
         """Tensor ``name`` as stored, then in ``dtype`` on ``device``."""
-        if name not in self.where:
-            raise AuditError(f"{self.path.name}: the checkpoint has no tensor {name}")
         try:
-            tensor = self.handles[self.where[name]].get_tensor(name)
+            with self._handle(name) as handle:
+                # a copy of its own (never a view of the map), in the compute dtype
+                tensor = handle.get_tensor(name).to(device=device, dtype=dtype, copy=True)
+        except AuditError:
+            raise
         except Exception as error:
             raise AuditError(f"{self.path.name}/{self.where[name]} is corrupt or truncated at {name} "
                              f"({error.__class__.__name__}: {_first_line(error)})") from None
-        return tensor.to(device=device, dtype=dtype)
+        return tensor
 
     def rows(self, name: str, ids: list[int], dtype: torch.dtype, device=None) -> Tensor:
         """Rows ``ids`` (sorted, distinct) of the matrix ``name``, read as runs of consecutive rows:
         an embedding table is never read whole."""
-        handle = self.handles[self.where[name]] if name in self.where else None
-        if handle is None:
-            raise AuditError(f"{self.path.name}: the checkpoint has no tensor {name}")
-        part = handle.get_slice(name)
-        vocab = part.get_shape()[0]
-        if ids and (ids[0] < 0 or ids[-1] >= vocab):
-            raise AuditError(f"{self.path.name}: the tokenizer gives id {ids[-1]}, beyond the {vocab} rows of {name}")
-        pieces, start = [], 0
-        for i in range(1, len(ids) + 1):
-            if i == len(ids) or ids[i] != ids[i - 1] + 1:
-                pieces.append(part[ids[start]:ids[i - 1] + 1].to(dtype=dtype))
-                start = i
-        return torch.cat(pieces).to(device) if pieces else torch.zeros(0, part.get_shape()[1], dtype=dtype)
+        with self._handle(name) as handle:
+            part = handle.get_slice(name)
+            vocab, width = part.get_shape()[0], part.get_shape()[1]
+            if ids and (ids[0] < 0 or ids[-1] >= vocab):
+                raise AuditError(f"{self.path.name}: the tokenizer gives id {ids[-1]}, beyond the {vocab} rows of {name}")
+            pieces, start = [], 0
+            for i in range(1, len(ids) + 1):
+                if i == len(ids) or ids[i] != ids[i - 1] + 1:
+                    pieces.append(part[ids[start]:ids[i - 1] + 1].to(dtype=dtype, copy=True))
+                    start = i
+        return torch.cat(pieces).to(device) if pieces else torch.zeros(0, width, dtype=dtype, device=device)
 
     def stored_dtypes(self) -> list[str]:
-        found = set()
-        for name, file in self.where.items():
-            found.add(str(self.handles[file].get_slice(name).get_dtype()))
-        return sorted(found)
+        return sorted(self.dtypes)
 
 
 def _first_line(error: Exception) -> str:
