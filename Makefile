@@ -138,6 +138,14 @@ measure-gemma: $(STAMP)
 	$(RUN) $(BIN)/python tools/measure_gemma.py
 	ATTNREF_GEMMA_ORACLE=1 $(PYTEST) -q tests/test_gemma3.py -k transformers
 
+# Chapter 10 (K3): the FFN slot weights and attention weights of MiniLM, SmolLM2 and Gemma 3 over the
+# text set, once: data/ch10-measurements.{npz,json} (about 4 minutes on two shared cores; the time of
+# the last run is in the .json). The notebook reads them; make test re-measures a sentence
+# (tests/test_ch10_checks.py) and fails if the code changed since.
+.PHONY: measure-ch10
+measure-ch10: $(STAMP)
+	$(RUN) $(BIN)/python tools/measure_ch10.py
+
 # `attnref audit` on the book's three models with the default texts (the book's text set), once:
 # data/audit/{minilm,smollm2,gemma3}/report.{json,md,html} (times in each report's "seconds"). Chapter
 # 6c reads its rechecks C6, H2, L4, A2, C9, D1 on Gemma 3 from them; make test re-audits MiniLM and

@@ -70,6 +70,7 @@ CHAPTERS = {
     7: Chapter(7, "depth", "Depth: what keeps a stack of attention layers alive", "notebooks/07-depth"),
     8: Chapter(8, "training", "Does it matter in training?", "notebooks/08-training"),
     9: Chapter(9, "online-softmax", "Attention without the $n \\times m$ matrix", "notebooks/09-online-softmax"),
+    10: Chapter(10, "ffn-memory", "The FFN as attention over learned memories", "notebooks/10-ffn-memory"),
 }
 
 _C = Claim
@@ -145,6 +146,10 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
     _C("E7", "heads-vs-width", 8, r"$h$ heads of width $d/h$ train better than one head of width $d$ at equal parameters on a task that reads two positions at once.", CONDITIONS),
     # 9 · Attention without the n × m matrix
     _C("F1", "online-softmax", 9, r"Attention can be computed block by block with the online softmax (a running maximum, a running sum and a rescaled accumulator) without ever forming the $n \times m$ matrix: exactly $\mathrm{softmax}(QK^\top/\sqrt{d_k})V$ in real arithmetic, within a derived round-off bound in floating point, in memory $O(n \cdot \text{block})$ instead of $O(nm)$.", HOLDS),
+    # 10 · The FFN as attention over learned memories (issue 45)
+    _C("K1", "ffn-slot-sum", 10, r"The position-wise FFN is a weighted sum over $d_\text{ff}$ learned slots, $\mathrm{FFN}(x) = \sum_k \phi(x \cdot k_k + b_k)\, v_k + b_2$ (keys the columns of $W_1$, values the rows of $W_2$; gated FFNs alike): attention with weights computed from the input, but keys and values that are parameters.", HOLDS),
+    _C("K2", "softmax-memory", 10, r"A softmax-normalised FFN, $\mathrm{softmax}(x W_1 + b_1) W_2$, is attention of each token over $d_\text{ff}$ fixed memories (keys $W_1^\top$, values $W_2$); the usual ReLU/GELU FFN is not: its weights are neither normalised nor bounded.", HOLDS),
+    _C("K3", "sparse-slots", 10, r"In trained Transformers (MiniLM, SmolLM2, Gemma 3) the FFN's slot weights are sparse and input-dependent: in the median block a token needs at most half of the slots for 90 % of $\sum_k |a_k|\,\lVert v_k\rVert$, and the top 1 % of slots of tokens of different sentences overlap by at most one half.", FAILS),
 ]}
 
 @dataclass(frozen=True)

@@ -326,6 +326,29 @@
                 text: "Depth " + v.l + ", " + which + " (rank " + rank + " of " + data.draws + " random stacks) — " +
                   parts.join("; ") + "."};
       }
+    },
+    K3: {
+      // Measurements (notebooks/10-ffn-memory.ipynb stores them): per model and block, the mean share
+      // of a token's FFN mass sum_k |a_k| ||v_k|| held by its largest slots, and of an attention row's
+      // weight held by its largest keys, at the stored shares of the support.
+      title: "K3 · how many FFN slots and attention keys carry a token",
+      stored: true,
+      controls: [{name: "model", label: "model (1 MiniLM, 2 SmolLM2, 3 Gemma 3)", min: 1, max: 3, step: 1, value: 2},
+                 {name: "block", label: "block", min: 1, max: 30, step: 1, value: 15}],
+      draw: function (v, data) {
+        var m = data.models[v.model - 1], b = Math.min(v.block, m.blocks), xs = data.fractions;
+        var diagonal = xs.map(function (x) { return x; });
+        var s90 = m.slots90[b - 1], a90 = m.attention90[b - 1];
+        return {spec: {series: [{name: "FFN slots", xs: xs, ys: m.ffn[b - 1]},
+                                {name: "attention keys", xs: xs, ys: m.attention[b - 1]},
+                                {name: "even spread", xs: xs, ys: diagonal}],
+                       logx: true, ymin: 0, ymax: 1, xlabel: "share of slots / keys (largest first)",
+                       ylabel: "share of the mass", marker: {x: Math.max(s90, xs[0]), y: data.mass}},
+                value: s90, values: {slots90: s90, attention90: a90},
+                text: m.name + ", block " + b + " of " + m.blocks + ": a token needs " + fmt(s90) +
+                  " of the FFN's slots for " + fmt(data.mass) + " of its mass; an attention row needs " +
+                  fmt(a90) + " of its keys."};
+      }
     }
   };
 

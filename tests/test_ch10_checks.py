@@ -1,0 +1,210 @@
+"""Chapter 10's checks can fail: plausible bugs injected into ``attnref.analysis.ffn_memory`` (the code
+the claims are about), into the notebook's derivations, or into the stored measurements move each
+claim's verdict away from the expected one, and the check that catches it is named. Each test runs
+the set-up cell and one claim section of ``notebooks/10-ffn-memory.ipynb`` in this process
+(``tests/notebook_sections.py``).
+
+The stored measurements of K3 (``make measure-ch10``) are held to the code and the models: the hash
+of the code that produced them, the model files, and a re-measurement of the first sentences with
+the current code (float32, one thread), which must reproduce the stored per-sentence sums.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnref.analysis import ffn_memory
+
+import notebook_sections                     # tests/notebook_sections.py
+from notebook_sections import assert_caught, with_nan
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK = "10-ffn-memory.ipynb"
+CLAIM_IDS = ["K1", "K2", "K3"]
+
+
+def run_section(claim_id, replace=None, namespace=None):
+    return notebook_sections.run_section(NOTEBOOK, CLAIM_IDS, claim_id, replace, namespace)
+
+
+@pytest.fixture(autouse=True)
+def quiet(monkeypatch):
+    monkeypatch.setenv("ATTNREF_FIGURES", "off")
+    yield
+
+
+@pytest.mark.parametrize("claim_id", CLAIM_IDS)
+def test_the_unmutated_section_gives_the_expected_verdict(claim_id):
+    verdict, checks = run_section(claim_id)
+    assert verdict == notebook_sections.claims.CLAIMS[claim_id].expected, [c.name for c in checks if not c.passed]
+
+
+# --- K1 ------------------------------------------------------------------------------------------
+
+def _slot_weights_without(part):
+    original = ffn_memory.slot_weights
+
+    def mutant(x, keys, bias=None, *, activation_name="relu", up=None):
+        if part == "bias":
+            bias = None
+        if part == "up":
+            up = None
+        if part == "pairing":    # slot k's key paired with slot k+1's value
+            keys = keys.roll(1, dims=1)
+        return original(x, keys, bias, activation_name=activation_name, up=up)
+    return mutant
+
+
+@pytest.mark.parametrize("part", ["bias", "up", "pairing"])
+def test_k1_a_slot_weight_that_drops_a_term_is_caught(part, monkeypatch):
+    monkeypatch.setattr(ffn_memory, "slot_weights", _slot_weights_without(part))
+    verdict, checks = run_section("K1")
+    assert_caught("K1", verdict, checks, "|FFN − Σ_k a_k v_k")
+
+
+def test_k1_a_slot_sum_that_skips_a_slot_is_caught(monkeypatch):
+    original = ffn_memory.slot_sum_loop
+    monkeypatch.setattr(ffn_memory, "slot_sum_loop", lambda a, v, b=None: original(a[..., :-1], v[:-1], b))
+    verdict, checks = run_section("K1")
+    assert_caught("K1", verdict, checks, "|FFN − Σ_k a_k v_k")
+
+
+def test_k1_a_derivation_with_the_rows_as_keys_is_caught():
+    verdict, checks = run_section("K1", ("phi((x * W_1[:, k])[0, 0] + b_1[0, k])",
+                                         "phi((x * W_1[:, k])[0, 0] + b_1[0, 0])"))
+    assert_caught("K1", verdict, checks, "undefined φ (sympy)")
+
+
+def test_k1_a_gate_without_its_up_term_is_caught_in_sympy():
+    verdict, checks = run_section("K1", ("(phi((x * G[:, k])[0, 0]) * (x * U[:, k])[0, 0])",
+                                         "(phi((x * G[:, k])[0, 0]))"))
+    assert_caught("K1", verdict, checks, "gated")
+
+
+def test_k1_a_nan_in_the_slot_weights_is_caught(monkeypatch):
+    monkeypatch.setattr(ffn_memory, "slot_weights", with_nan(ffn_memory.slot_weights))
+    verdict, checks = run_section("K1")
+    assert_caught("K1", verdict, checks, "|FFN − Σ_k a_k v_k")
+
+
+# --- K2 ------------------------------------------------------------------------------------------
+
+def test_k2_attention_at_the_default_scale_is_caught(monkeypatch):
+    from attnref.attention import scaled_dot_product_attention
+
+    def mutant(x, keys, values, bias=None):
+        mask = None if bias is None else bias.expand(*x.shape[:-1], bias.shape[-1])
+        return scaled_dot_product_attention(x, keys.T, values, mask=mask)     # 1/√d instead of 1
+    monkeypatch.setattr(ffn_memory, "memory_as_attention", mutant)
+    verdict, checks = run_section("K2")
+    assert_caught("K2", verdict, checks, "attnref and torch SDPA")
+
+
+def test_k2_a_memory_without_its_bias_is_caught(monkeypatch):
+    original = ffn_memory.softmax_memory
+    monkeypatch.setattr(ffn_memory, "softmax_memory", lambda x, k, v, b=None: original(x, k, v))
+    verdict, checks = run_section("K2")
+    assert_caught("K2", verdict, checks, "attnref and torch SDPA")
+
+
+def test_k2_a_memory_normalised_over_tokens_is_caught(monkeypatch):
+    def mutant(x, keys, values, bias=None):
+        scores = x @ keys if bias is None else x @ keys + bias
+        return torch.softmax(scores, dim=-2) @ values
+    monkeypatch.setattr(ffn_memory, "softmax_memory", mutant)
+    verdict, checks = run_section("K2")
+    assert_caught("K2", verdict, checks, "attnref and torch SDPA")
+
+
+def test_k2_a_derivation_normalised_wrongly_is_caught():
+    verdict, checks = run_section("K2", ("softmax_row = s.applyfunc(sp.exp) / sum(sp.exp(e) for e in s)",
+                                         "softmax_row = s.applyfunc(sp.exp) / sum(sp.exp(e) for e in s[:2])"))
+    assert_caught("K2", verdict, checks, "symbolic scores (sympy)")
+
+
+# --- K3: the stored measurements -------------------------------------------------------------------
+
+def _load_with(change):
+    original = ffn_memory.load
+
+    def mutant(*args, **kwargs):
+        data, provenance = original(*args, **kwargs)
+        data = dict(data)
+        change(data)
+        return data, provenance
+    return mutant
+
+
+def test_k3_sparse_slots_in_one_model_are_caught(monkeypatch):
+    def sparse(data):
+        data["smollm2_slots90"] = 0.1 * data["smollm2_tokens"][:, None].expand_as(data["smollm2_slots90"])
+    monkeypatch.setattr(ffn_memory, "load", _load_with(sparse))
+    verdict, checks = run_section("K3")
+    assert_caught("K3", verdict, checks, "smallest over the three models")
+
+
+def test_k3_a_decomposition_that_misses_the_model_is_caught(monkeypatch):
+    def wrong(data):
+        data["gemma3_identity_error"] = data["gemma3_identity_error"] + 0.3
+    monkeypatch.setattr(ffn_memory, "load", _load_with(wrong))
+    verdict, checks = run_section("K3")
+    assert_caught("K3", verdict, checks, "Gemma 3: largest |Σ_k a_k v_k − the model's FFN|")
+
+
+def test_k3_a_nan_in_the_stored_shares_is_caught(monkeypatch):
+    def nan(data):
+        data["minilm_slots90"] = data["minilm_slots90"].clone()
+        data["minilm_slots90"][0, 0] = float("nan")
+    monkeypatch.setattr(ffn_memory, "load", _load_with(nan))
+    verdict, checks = run_section("K3")
+    assert verdict != "does not hold"
+
+
+def test_k3_share_needed_counts_the_largest_entries_first():
+    mass = torch.tensor([[0.05, 0.6, 0.05, 0.3]], dtype=torch.float64)
+    assert ffn_memory.share_needed(mass, 0.9).item() == 0.5          # 0.6 + 0.3
+    assert ffn_memory.share_needed(mass, 0.95).item() == 0.75
+    sets = ffn_memory.top_sets(mass, 0.5)
+    assert sets.tolist() == [[False, True, False, True]]
+    assert ffn_memory.overlap_sums(sets, sets).item() == 1.0
+
+
+# --- K3: the stored numbers still match the code and the models ------------------------------------
+
+@pytest.fixture(scope="module")
+def stored():
+    try:
+        return ffn_memory.load(ROOT)
+    except ffn_memory.StaleMeasurements as error:
+        pytest.fail(str(error))
+
+
+def test_the_stored_measurements_were_made_with_this_code(stored):
+    _, provenance = stored
+    assert provenance["source_sha256"] == ffn_memory.source_hash(ROOT)
+    assert provenance["rule"] == ffn_memory.RULE
+
+
+@pytest.mark.parametrize("key", ["minilm", "smollm2"])
+def test_a_sentence_measured_again_gives_the_stored_sums(stored, key):
+    import sys
+    sys.path.insert(0, str(ROOT / "tools"))
+    import measure_ch10
+    data, provenance = stored
+    if key == "smollm2":
+        from attnref.analysis import decoder_measure as dm
+        from attnref.models import smollm
+        try:
+            assert dm.file_hash(smollm.model_path()) == provenance["model_sha256"]["smollm2"]
+        except FileNotFoundError as error:
+            pytest.skip(str(error))
+    torch.set_num_threads(1)
+    model, ids, config = measure_ch10.load_model(key, ROOT)
+    again = measure_ch10.measure_sentence(key, model, ids[0], config)
+    for name in ("slots90", "negative", "attn90", "attn_rows"):
+        stored_value = data[f"{key}_{name}"][0]
+        assert torch.allclose(again[name], stored_value, rtol=1e-4, atol=1e-6), name
+    assert again["identity_error"].max() <= 1e-5
