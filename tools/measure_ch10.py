@@ -105,7 +105,7 @@ def _ffn_pieces(key: str, model, ids: torch.Tensor):
 def measure_sentence(key: str, model, ids: torch.Tensor, config: dict) -> dict[str, torch.Tensor]:
     """One sentence's per-block sums (float64) and its top-slot sets, for model ``key``."""
     out = {name: [] for name in ("slots90", "effective", "negative", "attn90", "attn_effective", "attn_rows",
-                                 "identity_error", "curve_ffn", "curve_attn")}
+                                 "identity_error", "curve_ffn", "curve_attn", "sink")}
     sets = []
     with torch.no_grad():
         for y, keys, bias, up, values, bias_2, ffn_out, att in _ffn_pieces(key, model, ids):
@@ -131,6 +131,7 @@ def measure_sentence(key: str, model, ids: torch.Tensor, config: dict) -> dict[s
                 out["curve_attn"].append(torch.zeros(len(fm.CURVE_FRACTIONS), dtype=torch.float64))
             out["attn_rows"].append(torch.tensor(float(rows.shape[0]), dtype=torch.float64))
             sets.append(fm.top_sets(mass, RULE["top_fraction"]))
+            out["sink"].append(att[:, 1:, 0].double())                       # (h, n − 1): W2's sink weights
     result = {name: torch.stack(values) for name, values in out.items()}
     result["sets"] = torch.stack(sets)                                   # (layers, n, d_ff) bool
     return result
@@ -145,7 +146,8 @@ def measure(key: str, root: Path, sentences: int | None = None, say=print) -> tu
         per.append(measure_sentence(key, model, ids, config))
         if (s + 1) % 16 == 0:
             say(f"  {key}: {s + 1}/{S} sentences")
-    arrays = {f"{key}_{name}": torch.stack([p[name] for p in per]) for name in per[0] if name != "sets"}
+    arrays = {f"{key}_{name}": torch.stack([p[name] for p in per]) for name in per[0] if name not in ("sets", "sink")}
+    arrays[f"{key}_sink"] = torch.cat([p["sink"] for p in per], dim=-1)   # (layers, h, rows t ≥ 1 of every sentence)
     arrays[f"{key}_tokens"] = torch.tensor([float(len(ids)) for ids in all_ids], dtype=torch.float64)
     overlap = torch.zeros(S, S, L, dtype=torch.float64)
     for layer in range(L):
