@@ -256,3 +256,33 @@ def test_the_plans_state_their_cost_as_computed(plan_file):
     fewer = confirm.plan_cost(plan, 10)
     assert fewer["total"]["cpu_seconds"] < cost["total"]["cpu_seconds"]
     assert fewer["tuning"] == cost["tuning"]
+
+
+def test_the_seed_stage_applies_the_plan_s_rule(tmp_path, monkeypatch):
+    # seeds.json from a crafted pilot.json: S is the largest capped need, a pair whose need exceeds
+    # the cap raises its experiment's delta by delta_for, the others keep the plan's delta
+    from attnref.training import confirmatory
+    from attnref.training.train import training_code_hash
+
+    monkeypatch.setattr(confirmatory, "DIRECTORY", tmp_path)
+    plan = ex.load_plan(PLAN)
+    delta, cap = plan["design"]["delta"], plan["design"]["max_seeds"]
+    rng = np.random.default_rng(5)
+    quiet = (0.02 * rng.standard_normal(10)).tolist()            # needs few seeds
+    noisy = (0.15 * rng.standard_normal(10)).tolist()            # needs more than the cap
+    pairs = [{"experiment": "E1", "group": "n = 8", "key": "relu_qkv - identity", "differences": quiet},
+             {"experiment": "E7", "group": "n = 8", "key": "h = 4 - h = 1", "differences": noisy}]
+    (tmp_path / "pilot.json").write_text(json.dumps({"plan_sha256": ex.plan_hash(PLAN),
+                                                     "training_code_hash": training_code_hash(), "pairs": pairs}))
+    out = confirmatory.seeds()
+    need = [confirm.seeds_for(p["differences"], delta, max_seeds=1000) for p in pairs]
+    assert need[0].seeds <= cap < need[1].seeds
+    assert out["S"] == cap and out["comparison_seeds"] == plan["design"]["comparison_seeds"][:cap]
+    assert out["delta"]["E1"] == delta
+    raised = confirm.delta_for(need[1].sd_upper, cap, step=0.005)
+    assert out["delta"]["E7"] == pytest.approx(max(delta, raised)) and out["delta"]["E7"] > delta
+    assert out["pairs"][1]["p_better_at_2delta"] >= 0.8 and out["pairs"][1]["p_no_gain_at_0"] >= 0.8
+    # a pilot made under another plan is refused
+    (tmp_path / "pilot.json").write_text(json.dumps({"plan_sha256": "0" * 64, "training_code_hash": training_code_hash(), "pairs": pairs}))
+    with pytest.raises(RuntimeError, match="another plan"):
+        confirmatory.seeds()
