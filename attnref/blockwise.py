@@ -105,6 +105,50 @@ def default_block(batch: int, n: int, m: int, d_v: int) -> int:
     return max(1, min(m, max(MIN_BLOCK, block)))
 
 
+def round_off_terms(d_k: int, sigma: float, block: int, blocks: int, *, scale: float,
+                    exact_scores: bool = False) -> dict[str, float]:
+    r"""The terms of claim F1's round-off bound, by error source (chapter 9 derives each):
+
+    .. math:: |\hat y_{ic} - y_{ic}| \le c\, u \sum_j w_{ij} |v_{jc}|, \qquad c = \textstyle\sum \text{terms}
+
+    to first order in the unit round-off ``u`` of the working dtype, for ``blocks`` = T key blocks of at
+    most ``block`` = b keys, head width ``d_k`` and ``sigma`` ≥ every ``|s_ij|`` (``scale · max‖q‖ max‖k‖``).
+    A perturbation that acts on the numerator and the denominator of a weight counts twice.
+
+    * ``"score"`` 2 d_k σ — the dot product of length d_k (γ_{d_k} ≈ d_k u, relative to Σ_a |q_a k_a| ≤ σ);
+    * ``"scale"`` 2σ — the rounding of ``(q·k) · scale``; 0 when the scale is a power of two (exact);
+    * ``"shift"`` 4σ — ``s − m``, with ``|s − m| ≤ 2σ``;
+    * ``"exp"`` 4 — one ulp (2u) of ``e^{s − m}``;
+    * ``"alpha"`` (T − 1)(4σ + 4) — the rescale factor ``α_t = e^{m_{t−1} − m_t}`` of blocks 2 … T, rounded
+      in its subtraction (2σu) and its exponential (2u). It multiplies ℓ and a alike, but only the
+      terms of the blocks before ``t``: it does not cancel;
+    * ``"block sums"`` 2b — the sums of b terms in ℓ and a;
+    * ``"rescalings"`` 4T — T multiplications by α and T additions, in ℓ and in a;
+    * ``"division"`` 1 — the final ``a / ℓ``.
+
+    ``exact_scores``: the scores (and so ``s − m`` and ``m_{t−1} − m_t``) are computed exactly; the
+    score, scale and shift terms and α's subtraction drop out.
+    """
+    T = blocks
+    power_of_two = scale != 0 and math.frexp(abs(scale))[0] == 0.5
+    exact = 0.0 if exact_scores else 1.0
+    return {"score": exact * 2 * d_k * sigma,
+            "scale": 0.0 if exact_scores or power_of_two else 2 * sigma,
+            "shift": exact * 4 * sigma,
+            "exp": 4.0,
+            "alpha": (T - 1) * (exact * 4 * sigma + 4),
+            "block sums": 2.0 * block,
+            "rescalings": 4.0 * T,
+            "division": 1.0}
+
+
+def round_off_coefficient(d_k: int, sigma: float, block: int, blocks: int, *, scale: float,
+                          exact_scores: bool = False) -> float:
+    """The coefficient ``c`` of claim F1's bound: the sum of :func:`round_off_terms`,
+    ``2 d_k σ + 2σ (0 for a power-of-two scale) + 4Tσ + 2b + 8T + 1``."""
+    return sum(round_off_terms(d_k, sigma, block, blocks, scale=scale, exact_scores=exact_scores).values())
+
+
 def hidden_mask(rows: tuple[int, int], cols: tuple[int, int], causal: bool, window: int | None,
                 device: torch.device) -> Tensor:
     """``(rows, cols)`` boolean over queries ``rows[0] … rows[1] − 1`` and keys ``cols[0] … cols[1] − 1``:

@@ -15,6 +15,7 @@ few); 1e-12 leaves three orders of margin and is still ten orders below any of t
 from __future__ import annotations
 
 import functools
+import math
 import itertools
 import types
 from pathlib import Path
@@ -281,3 +282,97 @@ def test_overflowing_scores_are_refused_in_the_blockwise_path_too():
     big = torch.full((4, 4), 1e200, dtype=torch.float64)
     with pytest.raises(ValueError, match="overflow"):
         attnref.scaled_dot_product_attention(big, big, big[:, :2], need_weights=False)
+
+
+# ------------------------------------------------------------------------------------------
+# F1's round-off bound, term by term (issue 44 item 4): each error source, injected alone into a
+# float64 run of the recurrence, moves the output by no more than its own term of the bound
+# ------------------------------------------------------------------------------------------
+
+U32 = 2.0 ** -24                       # float32's unit round-off
+
+
+def _recurrence(scores, v, block, alpha_error=None):
+    """Eq. (f1-recurrence) in float64 for scores (n, m) and values (m, d_v); ``alpha_error[t]``
+    multiplies the rescale factor α of block t by (1 + alpha_error[t]) — a rounding error put in by hand."""
+    n, m = scores.shape
+    row_max = torch.full((n, 1), -math.inf, dtype=torch.float64)
+    row_sum = torch.zeros(n, 1, dtype=torch.float64)
+    acc = torch.zeros(n, v.shape[1], dtype=torch.float64)
+    for t, k0 in enumerate(range(0, m, block)):
+        tile = scores[:, k0:k0 + block]
+        new_max = torch.maximum(row_max, tile.amax(-1, keepdim=True))
+        alpha = torch.exp(row_max - new_max)
+        if alpha_error is not None:
+            alpha = alpha * (1 + alpha_error[t])
+        p = torch.exp(tile - new_max)
+        row_sum = alpha * row_sum + p.sum(-1, keepdim=True)
+        acc = alpha * acc + p @ v[k0:k0 + block]
+        row_max = new_max
+    return acc / row_sum
+
+
+def _rising_case(seed=11, n=6, m=48, d_v=5):
+    """Scores that rise from block to block (every α < 1 and matters) and values of both signs."""
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.randn(n, m, generator=g, dtype=torch.float64) + torch.linspace(0, 6, m, dtype=torch.float64)
+    v = torch.randn(m, d_v, generator=g, dtype=torch.float64)
+    weights = torch.softmax(scores, -1)
+    return scores, v, weights @ v.abs()                       # Σ_j w_ij |v_jc|: (n, d_v)
+
+
+def test_the_rescale_factor_does_not_cancel():
+    """Issue 44's case: α₂ perturbed by 1e-7 (less than one ulp of float32's exp, 2u = 1.19e-7) moves
+    the output — the old proof said the rounded α "cancels" and its bound had no term for it — and
+    the move is inside the bound's α term. fails_if: the α term is missing (0) or smaller than its
+    effect (it multiplies only the blocks before t, so it is not common to every term of a and ℓ)."""
+    scores, v, spread = _rising_case()
+    block = 8
+    T = math.ceil(scores.shape[1] / block)
+    exact = _recurrence(scores, v, block)
+    assert float((exact - torch.softmax(scores, -1) @ v).abs().max()) < 1e-13       # the emulation is right
+    alpha_error = [0.0] * T
+    alpha_error[1] = 1e-7                                                          # α₂ (the second block)
+    moved = _recurrence(scores, v, block, alpha_error) - exact
+    assert float(moved.abs().max()) > 1e-9, "α₂'s error cancelled after all"
+    terms = blockwise.round_off_terms(4, 0.0, block, T, scale=0.125, exact_scores=True)
+    assert bool((moved.abs() <= terms["alpha"] * U32 * spread).all())
+    # every α rounded by a full ulp the same way (the worst for rising scores): still inside the term
+    worst = _recurrence(scores, v, block, [2 * U32] * T) - exact
+    assert bool((worst.abs() <= terms["alpha"] * U32 * spread).all())
+    assert float((worst.abs() / (U32 * spread)).max()) > 0.5                        # of the order of u: not negligible
+
+
+def test_the_scale_rounding_is_counted_unless_the_scale_is_a_power_of_two():
+    """(q·k) · scale rounds once per score unless the scale is a power of two: the term is 2σ then and
+    0 otherwise; an injected relative error of u on every score moves the output within it.
+    fails_if: the scale term is missing for scale = 0.3 (or charged for 1/8, which is exact)."""
+    scores, v, spread = _rising_case(seed=12)
+    sigma = float(scores.abs().max())
+    terms = blockwise.round_off_terms(8, sigma, 8, 6, scale=0.3)
+    assert terms["scale"] == 2 * sigma and blockwise.round_off_terms(8, sigma, 8, 6, scale=0.125)["scale"] == 0
+    g = torch.Generator().manual_seed(13)
+    signs = torch.where(torch.rand(scores.shape, generator=g) < 0.5, -1.0, 1.0).double()
+    moved = torch.softmax(scores * (1 + U32 * signs), -1) @ v - torch.softmax(scores, -1) @ v
+    assert bool((moved.abs() <= terms["scale"] * U32 * spread).all())
+    q = torch.randn(7, 8, generator=g)
+    k = torch.randn(9, 8, generator=g)
+    tile = blockwise.blockwise_attention(q, k, torch.eye(9), scale=0.125, block=4)    # weights, one scale power of 2
+    exact = torch.softmax((q.double() @ k.double().T) * 0.125, -1)
+    assert float((tile.double() - exact).abs().max()) < 1e-6
+
+
+@pytest.mark.parametrize("scale", [0.3, 1 / math.sqrt(48), 0.125])
+def test_blockwise_float32_within_the_bound_for_any_scale(scale):
+    """float32 blockwise against float64 with the bound of round_off_coefficient, power-of-two scale or
+    not. fails_if: the implementation or the bound is off by more than the bound's slack."""
+    g = torch.Generator().manual_seed(14)
+    q, k, v = torch.randn(16, 48, generator=g), torch.randn(200, 48, generator=g), torch.randn(200, 6, generator=g)
+    block = 32
+    T = math.ceil(200 / block)
+    got = blockwise.blockwise_attention(q, k, v, scale=scale, block=block).double()
+    weights = torch.softmax(scale * q.double() @ k.double().T, -1)
+    exact = weights @ v.double()
+    sigma = scale * float(q.double().norm(dim=-1).max() * k.double().norm(dim=-1).max())
+    bound = blockwise.round_off_coefficient(48, sigma, block, T, scale=scale) * U32 * (weights @ v.double().abs())
+    assert bool(((got - exact).abs() <= bound).all())
