@@ -257,3 +257,18 @@ def test_grid_rule_outcomes():
     assert confirm.grid_rule(undecided, {"a": base}, 0.1).outcome == confirm.UNDECIDED
     # the non-inferiority side (upper end below the bound is the claim's side for relation "<")
     assert confirm.grid_rule(opposite, {"a": opposite}, -0.1, relation="<").outcome == confirm.CLAIM
+
+
+def test_the_realised_characteristic_and_its_table():
+    d = [0.01, 0.03, -0.02, 0.04, 0.0, 0.02, 0.05, -0.01, 0.03, 0.01, float("nan")]
+    c = confirm.realised_characteristic(d, 0.015)
+    finite = [x for x in d if math.isfinite(x)]
+    sd = float(np.std(finite, ddof=1))
+    assert c["seeds"] == 10 and c["sd"] == pytest.approx(sd)
+    assert c["p_no_gain_at_0"] == pytest.approx(confirm.operating_characteristic(0, sd, 10, 0.015).no_gain)
+    assert c["p_better_at_2delta"] == pytest.approx(c["p_no_gain_at_0"])          # the symmetry of the noncentral t
+    assert c["t_test_effect_at_target"] < c["rule_gain_at_target"]
+    table = confirm.characteristic_table([("a − b", d)], 0.015)
+    assert table.count("\n") == 2 and f"{sd:.4f}" in table and "not the rule" in table
+    with pytest.raises(ValueError, match="2 finite"):
+        confirm.realised_characteristic([0.1, float("nan")], 0.01)

@@ -432,3 +432,40 @@ def plan_cost(plan: dict, seeds: int) -> dict:
     out["total"] = {"runs": sum(v["runs"] for v in out.values()),
                     "cpu_seconds": sum(v["cpu_seconds"] for v in out.values())}
     return out
+
+
+# The characteristic beside a table ---------------------------------------------------------------------
+
+def realised_characteristic(differences, delta: float, level: float = 0.95, target: float = 0.8) -> dict:
+    """The rule's operating characteristic at the realised sd of one comparison's paired
+    differences (NaN ignored): S, sd, P(no gain | true gain 0), P(better | true gain 2δ), the
+    gain the rule reads "better" with probability ``target`` (:func:`rule_detectable_gain`) and,
+    labelled as such, the t test's detectable effect against 0 that the exploratory tables quote."""
+    from attnref.training.results import detectable_effect
+
+    values = [float(v) for v in differences if math.isfinite(float(v))]
+    if len(values) < 2:
+        raise ValueError(f"differences must hold at least 2 finite values, got {len(values)}")
+    mean = sum(values) / len(values)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    S = len(values)
+    if sd == 0:
+        return {"seeds": S, "sd": 0.0, "p_no_gain_at_0": 1.0, "p_better_at_2delta": 1.0,
+                "rule_gain_at_target": delta, "t_test_effect_at_target": 0.0}
+    return {"seeds": S, "sd": sd,
+            "p_no_gain_at_0": outcome_probabilities(0.0, sd, S, delta, level)["below"],
+            "p_better_at_2delta": outcome_probabilities(2 * delta, sd, S, delta, level)["above"],
+            "rule_gain_at_target": rule_detectable_gain(sd, S, delta, target, level),
+            "t_test_effect_at_target": detectable_effect(sd, S, level, target)}
+
+
+def characteristic_table(rows, delta: float, level: float = 0.95) -> str:
+    """A Markdown table of :func:`realised_characteristic` for ``rows`` of (name, differences)."""
+    head = ("| comparison | S | realised sd | P(no gain \\| 0) | P(better \\| 2δ) | gain read better w.p. 0.8 "
+            "(t test against 0: not the rule) |\n|---|---|---|---|---|---|\n")
+    lines = []
+    for name, diffs in rows:
+        c = realised_characteristic(diffs, delta, level)
+        lines.append(f"| {name} | {c['seeds']} | {c['sd']:.4f} | {c['p_no_gain_at_0']:.2f} | "
+                     f"{c['p_better_at_2delta']:.2f} | {c['rule_gain_at_target']:.4f} ({c['t_test_effect_at_target']:.4f}) |")
+    return head + "\n".join(lines)
