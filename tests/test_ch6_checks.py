@@ -86,7 +86,12 @@ def test_unmodified_cells_give_the_expected_verdicts(shell) -> None:
     assert _verdict(sh, sources, A2_CELLS, "L4", MODEL) == claims.PREMISE_FAILS
     assert _verdict(sh, sources, C3_CELLS, "C3", MODEL) == claims.PREMISE_FAILS
     assert _verdict(sh, sources, C6_CELLS, "C6", MODEL) == claims.PREMISE_FAILS
-    assert _verdict(sh, sources, C9_CELLS, "C9", MODEL) == claims.HOLDS
+    assert _verdict(sh, sources, C9_CELLS, "C9", MODEL) == claims.PREMISE_FAILS
+    # C9's one definition: no key inside its head's hull -> premise fails, with the count; "every key
+    # is selectable" is shown, not voted
+    checks = claims._computed[("C9", MODEL)].checks
+    assert [(c.bears_on, c.value) for c in checks if c.bears_on == claims.PREMISE] == [(claims.PREMISE, 0)]
+    assert all(c.bears_on in (claims.SUPPORTING, claims.DEMONSTRATION) for c in checks if "selectable" in c.name)
 
 
 def test_nan_in_a_value_norm_moves_a1(shell) -> None:
@@ -154,15 +159,41 @@ def test_a_scattered_refit_moves_c2(monkeypatch, shell) -> None:
 
 
 def test_a_hull_test_that_finds_every_key_inside_moves_c9(monkeypatch, shell) -> None:
-    """distance_to_hull returning 0 (a key compared with a hull that contains it): the key its own
-    query misses is counted unselectable, and the selectable-keys check catches it."""
+    """distance_to_hull returning 0 (a key compared with a hull that contains it): the keys their own
+    query misses are counted inside the hull, C9's premise no longer fails, and the check that no key
+    sits within round-off of the hull catches it."""
     sh, sources = shell
     from attnref.analysis import hull
     original = hull.distance_to_hull
     monkeypatch.setattr(hull, "distance_to_hull", lambda p, v, *a: (original(p, v, *a)[0] * 0, original(p, v, *a)[1]))
     assert _verdict(sh, sources, C9_CELLS, "C9", MODEL) == claims.NOT_ESTABLISHED
-    failing = [c.name for c in claims._computed[("C9", MODEL)].checks if not c.passed]
-    assert any("shown selectable" in name for name in failing), failing
+    checks = claims._computed[("C9", MODEL)].checks
+    failing = [c.name for c in checks if not c.passed and c.bears_on != claims.DEMONSTRATION]
+    assert any("smallest distance to the others' hull" in name for name in failing), failing
+    assert not any(c.bears_on == claims.PREMISE for c in checks)      # interior keys: the claim is tested
+
+
+def test_an_interior_key_that_wins_its_sentence_moves_c9(monkeypatch, shell) -> None:
+    """The C9 vote itself: keys the hull test wrongly puts inside their head's hull (every key of the
+    longer sentences sent to a hull test that answers 0) are selected by the sentence's own queries:
+    the stated check "none of them wins" fails."""
+    import torch
+    sh, sources = shell
+    from attnref.analysis import hull
+    monkeypatch.setattr(hull, "distance_to_hull",
+                        lambda p, v, *a: (p.new_zeros(p.shape[0]), p.new_zeros(p.shape[0], v.shape[0])))
+    torch.set_default_dtype(torch.float64)
+    claims.forget()
+    cell = _cell(sources, C9_CELLS[0])
+    assert cell.count("(margin <= 1e-9).nonzero()") == 1
+    assert sh.run_cell(cell.replace("(margin <= 1e-9).nonzero()", "(margin <= 1e9).nonzero()"),
+                       silent=True).error_in_exec is None
+    assert sh.run_cell(_cell(sources, C9_CELLS[1]), silent=True).error_in_exec is None
+    checks = claims._computed[("C9", MODEL)].checks
+    stated = [c for c in checks if c.bears_on == claims.STATED]
+    assert len(stated) == 1 and "given the largest score by a query" in stated[0].name
+    assert stated[0].value > 0 and not stated[0].passed
+    assert claims._computed[("C9", MODEL)].verdict == claims.NOT_ESTABLISHED
 
 
 def test_keys_on_a_lower_dimensional_subspace_move_c9(shell) -> None:

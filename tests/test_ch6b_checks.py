@@ -176,7 +176,24 @@ def test_c9_a_hull_test_that_calls_vertices_interior_is_caught():
     # itself): keys that the text's queries do select are counted unselectable.
     def inside(arrays):
         arrays["hull_distance"][4] = 0.0
-    assert_caught("C9", *run("C9", patch_data=inside), "keys in the hull of the others that some query")
+    assert_caught("C9", *run("C9", patch_data=inside), "given the largest score by a query")
+
+
+def test_c9_with_no_interior_key_the_premise_fails_and_nothing_votes_on_the_empty_set():
+    # C9's one definition (hull.record_c9): 0 keys inside their head's hull -> premise fails here, the
+    # count recorded; no check counts winners among no keys (round 5: 0 = 0 could not fail)
+    verdict, checks = run("C9")
+    assert verdict == claims.PREMISE_FAILS
+    assert [(c.value, c.passed) for c in checks if c.bears_on == claims.PREMISE] == [(0, True)]
+    assert not [c for c in checks if c.bears_on == claims.STATED]
+
+
+def test_c9_a_mean_key_given_the_top_score_is_caught():
+    # Bug: scores that are not q̃·k̃ (e.g. the rotation applied to one side only) let a point inside
+    # the hull win a query: the mean key's best margin turns positive, the non-vacuous check fails.
+    def winning(arrays):
+        arrays["hull_centroid_gap"][3, 5] = 0.4
+    assert_caught("C9", *run("C9", patch_data=winning), "mean key (inside the hull)")
 
 
 def test_c9_a_hull_test_that_misses_interior_keys_is_caught():

@@ -13,6 +13,7 @@ a tiny random Gemma 3 built from transformers' modules (tests/test_gemma3.py) �
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 import math
 
 import pytest
@@ -147,3 +148,78 @@ def test_the_pages_gemma_rechecks_are_the_audits():
     for cid in ("H2", "C6", "L4", "A2", "C9", "D1"):
         assert claims.RECHECKS[(cid, "Gemma-3-270M")] == report["rechecks"][cid]["verdict"], cid
     assert set(rechecks.RECHECKS) >= {"H2", "C6", "L4", "A2", "C9", "D1"}
+
+
+# --- C9, one definition (issue 44 item 1) -----------------------------------------------------------
+
+def _stored_verdicts(notebook: str) -> dict:
+    import json
+    cells = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / notebook).read_text())["cells"]
+    found = {}
+    for cell in cells:
+        for output in cell.get("outputs", []):
+            meta = output.get("metadata", {}).get("attnref_verdict")
+            if meta:
+                found[(meta["id"], meta["model"])] = meta
+    return found
+
+
+def test_c9_has_one_verdict_per_model_in_the_chapters_the_audit_and_the_registry():
+    """C9 on every trained model: the chapter that decides it (6, 6b, 6c), `attnref audit`'s stored
+    report of the same model, and the registry give one verdict (round 5 found holds / not
+    established for MiniLM and SmolLM2)."""
+    from attnref.audit import book_models
+    from attnref.book import claims
+    chapters = {"all-MiniLM-L6-v2": "06-trained-model.ipynb", "SmolLM2-135M-Instruct": "06b-trained-decoder.ipynb",
+                "Gemma-3-270M": "06c-qk-norm-model.ipynb"}
+    for name, (model, _) in book_models.BOOK_MODELS.items():
+        audit = book_models.stored(name)["rechecks"]["C9"]["verdict"]
+        chapter = _stored_verdicts(chapters[model])[("C9", model)]["verdict"]
+        assert chapter == audit == claims.RECHECKS[("C9", model)], (model, chapter, audit)
+
+
+def test_c9_is_recorded_by_one_function(monkeypatch):
+    """The audit's C9 recheck is hull.record_c9 (the chapters call it too): a change there moves the audit."""
+    from attnref.analysis import hull
+    from attnref.audit import rechecks
+    from attnref.book import claims
+    calls = []
+    monkeypatch.setattr(hull, "record_c9", lambda ev, inside, winners, where: calls.append((inside, winners)))
+    rechecks.record(claims.Evidence("C9", model="Gemma-3-270M"),
+                    {"C9": {"tokens": 9, "interior_keys": 3, "interior_winners": 1, "heads": 2}})
+    assert calls == [(3, 1)]
+    for notebook in ("06-trained-model.ipynb", "06b-trained-decoder.ipynb"):
+        import json
+        cells = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / notebook).read_text())["cells"]
+        c9 = [c for c in cells if 'c9 = claims.Evidence("C9"' in "".join(c["source"])]
+        assert len(c9) == 1 and "hull.record_c9(c9," in "".join(c9[0]["source"]), notebook
+
+
+@pytest.mark.parametrize("inside, winners, verdict", [(0, 0, "premise fails here"), (4, 0, "holds"),
+                                                       (4, 1, "not established"), (1, 3, "not established")])
+def test_c9_rule_on_a_trained_model(inside, winners, verdict):
+    """0 interior keys: premise fails here (C9 costs nothing), with the count; ≥ 1: holds if none wins.
+    The old audit rule (≥ 1 interior key required) said *not established* for 0; the old chapter 6b
+    rule voted 0 winners among 0 keys (holds)."""
+    from attnref.analysis import hull
+    from attnref.audit import rechecks
+    from attnref.book import claims
+    evidence = claims.Evidence("C9", model="SmolLM2-135M-Instruct")
+    reason = hull.record_c9(evidence, inside, winners, where="a text")
+    assert claims.decide(evidence.checks) == verdict
+    assert (reason == hull.C9_NOTHING_INSIDE) == (inside == 0)
+    audit = rechecks.verdicts("SmolLM2-135M-Instruct", {"C9": {"tokens": 5, "interior_keys": inside,
+                                                                "interior_winners": winners, "heads": 1}})
+    assert audit["C9"][0] == verdict
+    if inside == 0:
+        assert [c.bears_on for c in evidence.checks] == [claims.PREMISE] and evidence.checks[0].value == 0
+
+
+@pytest.mark.parametrize("inside, winners", [(-1, 0), (0, 2), (1.5, 0), (True, 0), ("3", 0)])
+def test_c9_refuses_counts_that_are_not_counts(inside, winners):
+    from attnref.analysis import hull
+    from attnref.book import claims
+    with pytest.raises(ValueError, match="interior"):
+        hull.record_c9(claims.Evidence("C9", model="Gemma-3-270M"), inside, winners, where="a text")
+    with pytest.raises(ValueError, match="model"):
+        hull.record_c9(claims.Evidence("C9"), 0, 0, where="a text")

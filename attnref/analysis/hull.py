@@ -241,3 +241,53 @@ def interior_points(points: Tensor, directions: Tensor | None = None, tolerance:
         distance, _ = distance_to_hull(points[j:j + 1], rest)
         interior[j] = bool(distance[0] <= tolerance * scale)
     return interior
+
+
+#: The reason a C9 recheck gives when no key lies inside its head's hull (premise fails here).
+C9_NOTHING_INSIDE = "no key inside its head's hull: C9 costs nothing on this text"
+
+
+def record_c9(evidence, interior_keys: int, interior_winners: int, *, where: str) -> str:
+    r"""C9 on a trained model, defined once: chapters 6, 6b, 6c and ``attnref audit`` all record it here.
+
+    C9 says a key strictly inside the convex hull of its head's other keys never receives the
+    largest score. On a trained model the recheck counts those keys (``interior_keys``, over every
+    head of the text ``where`` describes) and how many of them some query of the text gives the
+    largest score (``interior_winners``):
+
+    * 0 interior keys → the premise (an interior key) does not occur: one *premise fails* check,
+      and the verdict is *premise fails here* (C9 costs nothing on this text);
+    * ≥ 1 → the claim as stated: none of them wins (``interior_winners == 0``) → *holds*; one that
+      wins fails the check (the hull test, the key extraction or the scores are wrong).
+
+    A check over the empty set of interior keys is not recorded: it would vote without being able
+    to fail. What else a chapter measures (every key selectable, the margin of a non-interior key)
+    it records beside this as supporting or demonstration checks. ``evidence`` is a recheck's
+    :class:`attnref.book.claims.Evidence` (``model=…``). Returns :data:`C9_NOTHING_INSIDE` or a
+    sentence on the interior keys, for the verdict's reason.
+    """
+    from attnref.book import claims
+    counts = {"interior_keys": interior_keys, "interior_winners": interior_winners}
+    for name, value in counts.items():
+        try:
+            number = int(value) if not isinstance(value, (bool, str)) else None
+        except (TypeError, ValueError, RuntimeError):
+            number = None
+        if number is None or number < 0 or float(value) != number:
+            raise ValueError(f"{name} must be a count (an integer ≥ 0), got {value!r}")
+        counts[name] = number
+    interior, winners = counts["interior_keys"], counts["interior_winners"]
+    if getattr(evidence, "model", None) is None:
+        raise ValueError("record_c9 records a recheck on a trained model: evidence needs model=…")
+    if interior == 0:
+        if winners:
+            raise ValueError(f"interior_winners = {winners} with interior_keys = 0: a winner must be an interior key")
+        evidence.premise_fails.exact(f"keys strictly inside the hull of their head's other keys ({where})",
+                                     interior, 0, kind=claims.REAL_MODEL,
+                                     fails_if="a key inside its head's hull: C9 has a key to act on here")
+        return C9_NOTHING_INSIDE
+    evidence.exact(f"keys strictly inside their head's hull ({where}: {interior}) given the largest score by a query",
+                   winners, 0, kind=claims.REAL_MODEL,
+                   fails_if="an interior key winning a row: the hull test, the key extraction or the scores are wrong")
+    return (f"{interior} key{'s' if interior > 1 else ''} inside {'their' if interior > 1 else 'its'} head's hull, "
+            f"{winners} given the largest score by a query")

@@ -26,7 +26,8 @@ A1      holds if some block puts more than half of its attention mass on the fir
         small value vector, is not measured by the audit.)
 C9      on one long text (the texts joined): no key strictly inside the convex hull of the other
         keys of its head receives the largest weight of a row that sees every key; at least one
-        such key must exist, or there is nothing to test.
+        such key must exist: with none the premise fails here (C9 costs nothing on this text;
+        :func:`attnref.analysis.hull.record_c9`, the one definition the chapters use too).
 D1      (causal decoders; chapter 6b's recheck) the relative residual
         :math:`r_l = \lVert H - \mathbf 1 \bar h^\top\rVert_F / \lVert H\rVert_F` (ratio of sums over
         texts) of the residual stream after the last block lies above 0.1 (a counterexample to
@@ -436,12 +437,10 @@ def _record_A1(a1, m: dict) -> None:
 
 
 def _record_C9(c9, m: dict) -> None:
-    c9.supporting.at_least(f"keys strictly inside the hull of their head's other keys ({m['C9']['tokens']} tokens, "
-                           f"{m['C9']['heads']} heads)", m["C9"]["interior_keys"], 1, kind=claims.NUMERICAL,
-                           agree=claims.EXACT,
-                           fails_if="no key inside its head's hull: the text gives the claim nothing to test")
-    c9.exact("rows that see every key whose largest weight goes to an interior key", m["C9"]["interior_winners"], 0,
-             kind=K, fails_if="an interior key winning a row: the hull argument or the key extraction is wrong")
+    # the one definition of C9 on a trained model (chapters 6, 6b and 6c call it too): 0 interior keys ->
+    # premise fails here; >= 1 -> none of them wins a row that sees every key -> holds
+    hull.record_c9(c9, m["C9"]["interior_keys"], m["C9"]["interior_winners"],
+                   where=f"{m['C9']['tokens']}-token text, {m['C9']['heads']} heads")
 
 
 #: D1's rate test compares layers L//6 + 1 … L//2 with the last L//3: both non-empty and disjoint from L = 3 on.

@@ -70,7 +70,7 @@ CHAPTERS = {
     7: Chapter(7, "depth", "Depth: what keeps a stack of attention layers alive", "notebooks/07-depth"),
     8: Chapter(8, "training", "Does it matter in training?", "notebooks/08-training"),
     9: Chapter(9, "online-softmax", "Attention without the $n \\times m$ matrix", "notebooks/09-online-softmax"),
-    10: Chapter(10, "ffn-memory", "The FFN as attention over learned memories", "notebooks/10-ffn-memory"),
+    10: Chapter(10, "ffn-memory", "The FFN as a memory, and weights below zero", "notebooks/10-ffn-memory"),
 }
 
 _C = Claim
@@ -124,7 +124,7 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
     _C("A2", "anisotropy", 6, r"L4's isotropic premise fails for trained representations: token vectors share common directions, so tokens of different sentences have a mean cosine well above 0 and $\mathrm{E}[\cos^2]$ far above $1/d$.", HOLDS),
     _C("A3", "semantic-cosine", 6, "Semantically closer tokens have a higher cosine: tokens of two sentences with one meaning are closer than tokens of unrelated sentences, also once the common direction every token shares (A2) is removed.", HOLDS),
     # 6c · QK-norm in a trained model (Gemma 3 270M): claims G1–G4 (notebooks/06c-qk-norm-model)
-    _C("G1", "qk-norm-selectability", 6, r"With RMSNorm on the keys after their projection (QK-norm) every key lies on the surface of one ellipsoid, so no key is unselectable: C9's remedy, in a real model (Gemma 3).", CONDITIONS, "notebooks/06c-qk-norm-model"),
+    _C("G1", "qk-norm-selectability", 6, r"With RMSNorm on the keys after their projection (QK-norm) every key lies on the surface of one ellipsoid, so no key is unselectable among the keys before the rotary positions: C9's remedy, in a real model (Gemma 3).", CONDITIONS, "notebooks/06c-qk-norm-model"),
     _C("G2", "fused-view-under-norm", 6, r"With RMSNorm (gains $g_q$, $g_k$) between projection and product a score is $x_q W_Q \operatorname{diag}(g_q \circ g_k) W_K^\top x_k^\top$ (with rotary positions, $W_Q D_q R_t D_k W_K^\top$) divided by the two projected RMS norms: a fused matrix of rank at most $d_k$ still carries the pattern, the per-token norms carry the scale.", HOLDS, "notebooks/06c-qk-norm-model"),
     _C("G3", "bounded-logits", 6, r"QK-norm bounds every logit by a number fixed by the gains and the query scale, whatever the input; dot-product logits have no such bound.", HOLDS, "notebooks/06c-qk-norm-model"),
     _C("G4", "sliding-window-reach", 6, r"Five of every six Gemma 3 blocks attend only within 512 tokens (a sliding window); the sixth sees the whole prefix.", HOLDS, "notebooks/06c-qk-norm-model"),
@@ -150,6 +150,10 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
     _C("K1", "ffn-slot-sum", 10, r"The position-wise FFN is a weighted sum over $d_\text{ff}$ learned slots, $\mathrm{FFN}(x) = \sum_k \phi(x \cdot k_k + b_k)\, v_k + b_2$ (keys the columns of $W_1$, values the rows of $W_2$; gated FFNs alike): attention with weights computed from the input, but keys and values that are parameters.", HOLDS),
     _C("K2", "softmax-memory", 10, r"A softmax-normalised FFN, $\mathrm{softmax}(x W_1 + b_1) W_2$, is attention of each token over $d_\text{ff}$ fixed memories (keys $W_1^\top$, values $W_2$); the usual ReLU/GELU FFN is not: its weights are neither normalised nor bounded.", HOLDS),
     _C("K3", "sparse-slots", 10, r"In trained Transformers (MiniLM, SmolLM2, Gemma 3) the FFN's slot weights are sparse and input-dependent: in the median block a token needs at most half of the slots for 90 % of $\sum_k |a_k|\,\lVert v_k\rVert$, and the top 1 % of slots of tokens of different sentences overlap by at most one half.", FAILS),
+    _C("W1", "differential-weights", 10, r"Differential attention $(A_1 - \lambda A_2)V$ has effective weights that can be negative and rows that sum to $1 - \lambda$.", HOLDS),
+    _C("W2", "sink-cancels", 10, r"A sink that both maps of a differential head share cancels in $A_1 - \lambda A_2$: on the sink blocks of SmolLM2 and Gemma 3, two heads of one block with one $\lambda$ keep at most a quarter of the sink's weight.", HOLDS),
+    _C("W3", "outside-hull", 10, r"A differential head's output can leave the convex hull of its value vectors (M7 needs non-negative weights summing to one).", HOLDS),
+    _C("W4", "null-slot", 10, r"A softmax with a null slot, $e^{s_j}/(1 + \sum_l e^{s_l})$, is attention over one extra zero key with a zero value: its weights sum to less than one, and a head can attend to nothing.", HOLDS),
 ]}
 
 @dataclass(frozen=True)
@@ -185,7 +189,9 @@ RECHECKS: dict[tuple[str, str], str] = {
     ("C6", "all-MiniLM-L6-v2"): PREMISE_FAILS,
     ("C2", "all-MiniLM-L6-v2"): CONDITIONS,
     ("L4", "all-MiniLM-L6-v2"): PREMISE_FAILS,
-    ("C9", "all-MiniLM-L6-v2"): HOLDS,
+    # C9 on a trained model (attnref.analysis.hull.record_c9, chapters and audit alike): no key of the
+    # text lies strictly inside its head's hull, so the premise fails there (C9 costs nothing)
+    ("C9", "all-MiniLM-L6-v2"): PREMISE_FAILS,
     ("H2", "SmolLM2-135M-Instruct"): HOLDS,
     ("H8", "SmolLM2-135M-Instruct"): HOLDS,
     ("H7", "SmolLM2-135M-Instruct"): HOLDS,
@@ -197,7 +203,7 @@ RECHECKS: dict[tuple[str, str], str] = {
     ("A2", "SmolLM2-135M-Instruct"): HOLDS,
     ("A3", "SmolLM2-135M-Instruct"): HOLDS,
     ("L4", "SmolLM2-135M-Instruct"): PREMISE_FAILS,
-    ("C9", "SmolLM2-135M-Instruct"): HOLDS,
+    ("C9", "SmolLM2-135M-Instruct"): PREMISE_FAILS,
     ("C3", "Gemma-3-270M"): PREMISE_FAILS,
     ("A1", "Gemma-3-270M"): HOLDS,
     # chapter 6c reads these from attnref audit's stored report (data/audit/gemma3, make audit-models)
@@ -205,8 +211,8 @@ RECHECKS: dict[tuple[str, str], str] = {
     ("C6", "Gemma-3-270M"): PREMISE_FAILS,
     ("L4", "Gemma-3-270M"): PREMISE_FAILS,
     ("A2", "Gemma-3-270M"): HOLDS,
-    # no key of the audit's 256-token text lies inside its head's hull (d_k = 256): nothing to test
-    ("C9", "Gemma-3-270M"): NOT_ESTABLISHED,
+    # no key of the audit's 256-token text lies inside its head's hull (d_k = 256): the premise fails
+    ("C9", "Gemma-3-270M"): PREMISE_FAILS,
     # the control (the attention-only path without the causal mask) does not accelerate: late/early 1.12 < 1.5
     ("D1", "Gemma-3-270M"): NOT_ESTABLISHED,
     # chapter 8 on text (data/experiments/text/amendment-1.toml): E1 and E7 read differently at half
