@@ -419,3 +419,30 @@ def test_a_registered_recheck_is_measured_recorded_and_reported(built, tmp_path,
     validate(report)
     rechecks.register("C1", lambda *a: None, record)
     assert "C1" not in audit(folder, TEXTS, tmp_path / "r2")["rechecks"]
+
+
+def test_the_text_part_of_a_multimodal_gemma3_checkpoint(built, tmp_path):
+    """A Gemma3ForConditionalGeneration directory (model_type gemma3, text_config, tensors under
+    language_model.model.*, a vision tower that has layers.0.self_attn.q_proj too): the adapter reads
+    the language model's tensors and computes exactly what it computes from the text-only checkpoint
+    (which the oracle test holds to transformers). Made by renaming the tiny Gemma 3's tensors: building
+    transformers' multimodal class costs seconds of vision-tower set-up."""
+    from safetensors.torch import load_file, save_file
+    source, _ = built["gemma3"]
+    folder = tmp_path / "gemma3-mm"
+    folder.mkdir()
+    tensors = {f"language_model.{k}": v for k, v in load_file(str(source / "model.safetensors")).items()}
+    tensors["vision_tower.vision_model.encoder.layers.0.self_attn.q_proj.weight"] = torch.randn(32, 32, dtype=torch.float16)
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    text = json.loads((source / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"],
+                                                   "text_config": text, "vision_config": {"model_type": "siglip_vision_model"}}))
+    (folder / "tokenizer.json").write_bytes((source / "tokenizer.json").read_bytes())
+    runs = []
+    for path in (source, folder):
+        fam, config = detect(path)
+        assert fam.name == "gemma3"
+        loaded = fam.load(path, config)
+        runs.append(loaded.run(loaded.tokenize(TEXTS[0])))
+    for a, b in zip(runs[0].hidden + runs[0].weights, runs[1].hidden + runs[1].weights):
+        assert torch.equal(a, b)

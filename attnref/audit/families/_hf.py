@@ -197,12 +197,16 @@ def read_tokenizer(path: Path):
     return lambda text: list(tokenizer(text)["input_ids"])
 
 
-def prefix_of(checkpoint: Checkpoint, suffix: str, family: str) -> str:
+def prefix_of(checkpoint: Checkpoint, suffix: str, family: str, beside: str | None = None) -> str:
     """The name prefix of the decoder's tensors (``model.``, ``model.language_model.``, ``transformer.``…):
-    the part before ``suffix`` (e.g. ``layers.0.self_attn.q_proj.weight``)."""
-    for name in checkpoint.names():
+    the part before ``suffix`` (e.g. ``layers.0.self_attn.q_proj.weight``) of a name that has the
+    tensor ``beside`` (e.g. ``embed_tokens.weight``) under the same prefix — a multimodal checkpoint's
+    vision tower has ``layers.0.self_attn.q_proj.weight`` too, but no token embedding."""
+    for name in sorted(checkpoint.names()):
         if name.endswith(suffix) and (name == suffix or name[: -len(suffix)].endswith(".")):
-            return name[: -len(suffix)]
+            prefix = name[: -len(suffix)]
+            if beside is None or checkpoint.has(prefix + beside):
+                return prefix
     raise AuditError(f"{checkpoint.path.name}: no tensor ending in {suffix}: not a {family} checkpoint the audit can read")
 
 
@@ -247,54 +251,63 @@ def _norm(spec: DecoderSpec, x: Tensor, gain: Tensor, bias: Tensor | None = None
     return layer_norm(x, LayerNormParams(gain, bias, spec.eps))
 
 
-def _heads(x: Tensor, w: Tensor, b: Tensor | None, heads: int, d_k: int) -> Tensor:
-    y = x @ w                                                   # (n, d) @ (d, heads·d_k) -> (n, heads·d_k)
-    if b is not None:
-        y = y + b
-    return y.unflatten(-1, (heads, d_k)).transpose(-3, -2)      # (heads, n, d_k)
+def _project(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+    y = x @ w                                                   # (N, d) @ (d, out) -> (N, out)
+    return y if b is None else y + b
 
 
-def attention(spec: DecoderSpec, W: dict, x: Tensor, l: int, causal: bool = True):
-    """Block ``l``'s attention on normalised inputs ``x (n, d)``: ``(output (n, d), weights (h, n, n),
-    queries (h, n, d_k), keys (h_kv, n, d_k))``, queries and keys as the scores use them. Without
-    the causal mask (``causal=False``, D1's control) every token sees every token (no window either)."""
+def attention(spec: DecoderSpec, W: dict, x: Tensor, l: int, causal: bool = True, sizes: list[int] | None = None):
+    """Block ``l``'s attention on normalised inputs ``x (N, d)``: the rows of one text, or of several
+    texts one after the other (``sizes``: their lengths; the projections run on all rows at once, the
+    attention within each text). Returns ``(output (N, d), weights, queries, keys)``, the last three
+    lists with one entry per text: ``(h, n, n)``, ``(h, n, d_k)`` and ``(h_kv, n, d_k)``, queries and
+    keys as the scores use them. Without the causal mask (``causal=False``, D1's control) every token
+    sees every token (no window either)."""
     from attnref import rope as rotary
     from attnref.attention import scaled_dot_product_attention
     from attnref.qknorm import qk_rms_norm
 
-    n = x.shape[-2]
-    q = _heads(x, W["w_q"], W.get("b_q"), spec.h, spec.d_k)
-    k = _heads(x, W["w_k"], W.get("b_k"), spec.h_kv, spec.d_k)
-    v = _heads(x, W["w_v"], W.get("b_v"), spec.h_kv, spec.d_k)
-    if spec.qk_norm is not None:
-        q = qk_rms_norm(q, W["q_norm"], eps=spec.eps, unit_offset=spec.qk_norm == RMS_1P)
-        k = qk_rms_norm(k, W["k_norm"], eps=spec.eps, unit_offset=spec.qk_norm == RMS_1P)
-    if spec.rope[l] is not None:
-        base, factor = spec.rope[l]
-        positions = torch.arange(n, device=x.device)
-        if factor != 1.0:
-            positions = positions.double() / factor
-        q, k = rotary.rotate(q, positions, base), rotary.rotate(k, positions, base)
-    group = spec.h // spec.h_kv
-    heads = scaled_dot_product_attention(q, k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3),
-                                         causal=causal, window=spec.windows[l] if causal else None, scale=spec.scale)
-    out = heads.output.transpose(-3, -2).flatten(-2) @ W["w_o"]                  # (n, h·d_k) @ (h·d_k, d)
-    if W.get("b_o") is not None:
-        out = out + W["b_o"]
-    return out, heads.weights, q, k
+    sizes = [x.shape[-2]] if sizes is None else sizes
+    h, h_kv, d_k = spec.h, spec.h_kv, spec.d_k
+    q_all = _project(x, W["w_q"], W.get("b_q")).unflatten(-1, (h, d_k))         # (N, h, d_k)
+    k_all = _project(x, W["w_k"], W.get("b_k")).unflatten(-1, (h_kv, d_k))      # (N, h_kv, d_k)
+    v_all = _project(x, W["w_v"], W.get("b_v")).unflatten(-1, (h_kv, d_k))
+    if spec.qk_norm is not None:                                                 # per head, per row
+        q_all = qk_rms_norm(q_all, W["q_norm"], eps=spec.eps, unit_offset=spec.qk_norm == RMS_1P)
+        k_all = qk_rms_norm(k_all, W["k_norm"], eps=spec.eps, unit_offset=spec.qk_norm == RMS_1P)
+    group = h // h_kv
+    outputs, weights, queries, keys = [], [], [], []
+    for q, k, v in zip(q_all.split(sizes), k_all.split(sizes), v_all.split(sizes)):
+        q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)      # (heads, n, d_k)
+        if spec.rope[l] is not None:
+            base, factor = spec.rope[l]
+            positions = torch.arange(q.shape[-2], device=x.device)              # each text from position 0
+            if factor != 1.0:
+                positions = positions.double() / factor
+            q, k = rotary.rotate(q, positions, base), rotary.rotate(k, positions, base)
+        heads = scaled_dot_product_attention(q, k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3),
+                                             causal=causal, window=spec.windows[l] if causal else None, scale=spec.scale)
+        outputs.append(heads.output.transpose(-3, -2).flatten(-2))              # (n, h·d_k)
+        weights.append(heads.weights)
+        queries.append(q)
+        keys.append(k)
+    out = _project(torch.cat(outputs), W["w_o"], W.get("b_o"))                  # (N, h·d_k) @ (h·d_k, d)
+    return out, weights, queries, keys
 
 
-def attention_update(spec: DecoderSpec, W: dict, x: Tensor, l: int, causal: bool = True):
-    """What block ``l``'s attention branch adds to the residual stream ``x (n, d)`` (no skip)."""
-    out, weights, q, k = attention(spec, W, _norm(spec, x, W["attention_norm"], W.get("attention_norm_bias")), l, causal)
+def attention_update(spec: DecoderSpec, W: dict, x: Tensor, l: int, causal: bool = True, sizes=None):
+    """What block ``l``'s attention branch adds to the residual stream ``x (N, d)`` (no skip)."""
+    out, weights, q, k = attention(spec, W, _norm(spec, x, W["attention_norm"], W.get("attention_norm_bias")), l,
+                                   causal, sizes)
     if spec.sandwich:
         out = _norm(spec, out, W["post_attention_norm"])
     return out, weights, q, k
 
 
-def block(spec: DecoderSpec, W: dict, x: Tensor, l: int):
-    """Block ``l`` on the residual stream ``x (n, d)``: ``(H', weights, queries, keys)``."""
-    update, weights, q, k = attention_update(spec, W, x, l)
+def block(spec: DecoderSpec, W: dict, x: Tensor, l: int, sizes: list[int] | None = None):
+    """Block ``l`` on the residual stream ``x (N, d)`` (one text, or several one after the other:
+    ``sizes``): ``(H', weights, queries, keys)``, the last three per text."""
+    update, weights, q, k = attention_update(spec, W, x, l, True, sizes)
     y = x + update
     f = _norm(spec, y, W["ffn_norm"], W.get("ffn_norm_bias"))
     if spec.mlp == SWIGLU:
@@ -314,7 +327,7 @@ def block(spec: DecoderSpec, W: dict, x: Tensor, l: int):
 def linear(checkpoint: Checkpoint, name: str, dtype, device, bias: bool | None = None):
     """``name.weight`` of a ``torch.nn.Linear`` (stored ``(out, in)``) in row form ``(in, out)``, and
     ``name.bias`` (``bias=None``: if the checkpoint has one)."""
-    w = checkpoint.get(f"{name}.weight", dtype, device).T.contiguous()
+    w = checkpoint.get(f"{name}.weight", dtype, device).T              # a transposed view: no second copy
     has = checkpoint.has(f"{name}.bias") if bias is None else bias
     return w, (checkpoint.get(f"{name}.bias", dtype, device) if has else None)
 
@@ -383,17 +396,19 @@ class Layerwise:
         if not todo:
             return
         xs = self.embed(todo)
-        hidden = [[x.cpu()] for x in xs]
+        sizes = [x.shape[0] for x in xs]
+        x = torch.cat(xs)                                    # (N, d): every text's rows, one text after the other
+        hidden = [[part.cpu()] for part in x.split(sizes)]
         queries, keys, weights = [[] for _ in todo], [[] for _ in todo], [[] for _ in todo]
         for l in range(self.spec.layers):
             started = time.perf_counter()
             W = self.spec.read_block(self.checkpoint, l, self.dtype, self.device, True)
-            for s, x in enumerate(xs):
-                xs[s], w, q, k = block(self.spec, W, x, l)
-                hidden[s].append(xs[s].cpu())
-                queries[s].append(q.cpu())
-                keys[s].append(k.cpu())
-                weights[s].append(w.cpu())
+            x, w, q, k = block(self.spec, W, x, l, sizes)
+            for s, part in enumerate(x.split(sizes)):
+                hidden[s].append(part.cpu())
+                queries[s].append(q[s].cpu())
+                keys[s].append(k[s].cpu())
+                weights[s].append(w[s].cpu())
             del W
             self.seconds_per_block.append(time.perf_counter() - started)
         group = self.spec.h // self.spec.h_kv
@@ -413,8 +428,8 @@ class Layerwise:
         group = s.h // s.h_kv
         for l in range(s.layers):
             W = s.read_block(self.checkpoint, l, torch.float64, "cpu", False)
-            yield (W["w_q"].reshape(s.d, s.h, s.d_k).permute(1, 0, 2),
-                   W["w_k"].reshape(s.d, s.h_kv, s.d_k).permute(1, 0, 2).repeat_interleave(group, dim=0))
+            yield (W["w_q"].contiguous().reshape(s.d, s.h, s.d_k).permute(1, 0, 2),
+                   W["w_k"].contiguous().reshape(s.d, s.h_kv, s.d_k).permute(1, 0, 2).repeat_interleave(group, dim=0))
 
     def attention_branch(self, l: int):
         """D1's attention-only step of block ``l`` in float64: ``(Y, causal) -> N_2(Att_l(N_1(Y)))``, what
@@ -476,7 +491,7 @@ def llama_like(path: Path, config: dict, family: str, *, dtype=None, device=None
     check_sizes(path, family, d, h, h_kv, d_k)
     L = int(c.num_hidden_layers)
     checkpoint = Checkpoint(path)
-    prefix = prefix_of(checkpoint, "layers.0.self_attn.q_proj.weight", family)
+    prefix = prefix_of(checkpoint, "layers.0.self_attn.q_proj.weight", family, beside="embed_tokens.weight")
     spec = DecoderSpec(
         family=family, d=d, h=h, h_kv=h_kv, d_k=d_k, layers=L, context=context_of(c), norm=norm,
         eps=float(c.rms_norm_eps), mlp=mlp, scale=scale_of(d_k) if scale is None else scale,
