@@ -446,3 +446,19 @@ def test_the_text_part_of_a_multimodal_gemma3_checkpoint(built, tmp_path):
         runs.append(loaded.run(loaded.tokenize(TEXTS[0])))
     for a, b in zip(runs[0].hidden + runs[0].weights, runs[1].hidden + runs[1].weights):
         assert torch.equal(a, b)
+
+
+def test_the_memory_section_of_the_page_is_the_measurement():
+    """book/audit.md's memory table and sentences are tools/audit_memory.py's rendering of
+    data/audit-memory.json (no number typed by hand), and the measurement meets issue 46's bar:
+    on the ~1 B checkpoint the audit's peak above the floor is within 2x one block + embedding rows
+    + activations, and below the whole model's load."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import audit_memory
+    data = json.loads((ROOT / "data" / "audit-memory.json").read_text())
+    page = (ROOT / "book" / "audit.md").read_text()
+    assert audit_memory.markdown(data) in page
+    big = data["checkpoints"]["24"]
+    assert 0.9e9 <= big["parameters"] <= 1.3e9 and big["ratio_to_expected"] <= 2
+    assert big["audit"]["peak_rss_gib"] < big["whole"]["peak_rss_gib"]
+    assert data["extrapolation_7b"]["the book's 64 texts"]["audit_peak_rss_gib"] < data["extrapolation_7b"]["goal_gib"]

@@ -224,6 +224,44 @@ def derive(results: dict) -> None:
         "goal_gib": 24}
 
 
+def markdown(results: dict) -> str:
+    """The table and the sentences of book/audit.md's memory section (a test holds the page to it)."""
+    rows = ["| synthetic checkpoint (bfloat16, Llama layout) | parameters | files | audit: peak RSS | whole model "
+            "in float32: peak RSS | expected above the floor (one block + rows + activations) | audit above the "
+            "floor / expected |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for entry in results["checkpoints"].values():
+        rows.append(f"| {entry['layers']} blocks, d = {entry['d']}, d_ff = {entry['d_ff']} | "
+                    f"{entry['parameters'] / 1e9:.2f} B | {entry['file_gib']:.2f} GiB | "
+                    f"{entry['audit']['peak_rss_gib']:.2f} GiB | {entry['whole']['peak_rss_gib']:.2f} GiB | "
+                    f"{entry['expected_above_floor_gib']['total']:.2f} GiB | {entry['ratio_to_expected']:.2f} |")
+    big, small = results["checkpoints"]["24"], results["checkpoints"]["6"]
+    seven = results["extrapolation_7b"]
+    load = results["machine"]["load_average_1_5_15_at_start"][0]
+    book_texts = seven["the book's 64 texts"]
+    text = (f"The floor — Python with torch, transformers and attnref imported, nothing read — is "
+            f"{big['baseline']['peak_rss_gib']:.2f} GiB. On the 1.14 B-parameter checkpoint the audit's peak is "
+            f"{big['audit']['peak_rss_gib']:.2f} GiB, {big['whole_over_audit']:.1f} times less than holding the model "
+            f"in float32; above the floor it is {big['ratio_to_expected']:.2f} times the sum of one float32 block "
+            f"({big['expected_above_floor_gib']['one_block_float32']:.2f} GiB), the embedding rows and the activations "
+            f"of its {results['texts']} texts ({big['audit']['tokens_including_the_long_text']} tokens with C9's long "
+            f"text). On the 6-block checkpoint, whose activations are small, the fixed part (the configuration and "
+            f"tokenizer code, D1's attention block in float64) weighs more: {small['ratio_to_expected']:.2f} times. "
+            f"Going from 6 to 24 blocks adds {1024 * seven['growth_per_block_of_depth_gib']:.0f} MiB per "
+            f"block, the activations the audit keeps. A block took {big['audit']['median_seconds_per_block']:.1f} s "
+            f"(median; the whole audit {big['audit']['seconds']:.0f} s) on one thread of a machine with 2 cores "
+            f"under a load average of about {load:.0f} (other engineers' tests): a quiet machine is several "
+            f"times faster.\n\n"
+            f"Extrapolated to a 7 B Llama (d = 4096, 32 blocks, d_ff = 11008; 6.74 B parameters) by scaling the "
+            f"depth-independent part with the block's size (4.8 times; conservative: it includes fixed overheads) "
+            f"and the per-block growth with the width and the tokens: about "
+            f"{seven['same texts']['audit_peak_rss_gib']:.1f} GiB on the same texts and "
+            f"{book_texts['audit_peak_rss_gib']:.1f} GiB on the book's 64 sentences, within the "
+            f"{seven['goal_gib']} GB of a machine without a GPU, where the whole model in float32 "
+            f"({seven['whole_model_float32_gib']:.1f} GiB) does not fit; about "
+            f"{seven['seconds_per_block_estimate']:.0f} s per block at the same load.")
+    return "\n".join(rows) + "\n\n" + text + "\n"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--folder", type=Path, default=Path("/tmp/attnref-synthetic"))
@@ -257,6 +295,7 @@ def main() -> int:
     results["machine"]["load_average_1_5_15_at_end"] = [round(x, 2) for x in os.getloadavg()]
     derive(results)
     args.out.write_text(json.dumps(results, indent=1) + "\n")
+    print(markdown(results))
     print(json.dumps({k: {"ratio": v.get("ratio_to_expected"), "whole/audit": v.get("whole_over_audit")}
                       for k, v in results["checkpoints"].items()}))
     print(json.dumps(results["extrapolation_7b"], indent=1))
