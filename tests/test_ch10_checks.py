@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnref.analysis import ffn_memory
+from attnref.analysis import diff_attention, ffn_memory, hull
 
 import notebook_sections                     # tests/notebook_sections.py
 from notebook_sections import assert_caught, with_nan
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = "10-ffn-memory.ipynb"
-CLAIM_IDS = ["K1", "K2", "K3"]
+CLAIM_IDS = ["K1", "K2", "K3", "W1", "W2", "W3", "W4"]
 
 
 def run_section(claim_id, replace=None, namespace=None):
@@ -170,6 +170,94 @@ def test_k3_share_needed_counts_the_largest_entries_first():
     sets = ffn_memory.top_sets(mass, 0.5)
     assert sets.tolist() == [[False, True, False, True]]
     assert ffn_memory.overlap_sums(sets, sets).item() == 1.0
+
+
+# --- W1–W4 ----------------------------------------------------------------------------------------
+
+def test_w1_lambda_on_the_wrong_map_is_caught(monkeypatch):
+    original = diff_attention.differential_attention
+    monkeypatch.setattr(diff_attention, "differential_attention",
+                        lambda q1, k1, q2, k2, v, lam, **kw: original(q2, k2, q1, k1, v, lam, **kw))
+    verdict, checks = run_section("W1")
+    assert_caught("W1", verdict, checks, "attnref − torch SDPA")
+
+
+def test_w1_a_map_renormalised_after_the_subtraction_is_caught(monkeypatch):
+    original = diff_attention.differential_weights
+    monkeypatch.setattr(diff_attention, "differential_weights",
+                        lambda a, b, lam: (lambda w: w / w.sum(-1, keepdim=True))(original(a, b, lam)))
+    verdict, checks = run_section("W1")
+    assert_caught("W1", verdict, checks, "row sum − (1 − λ)")
+
+
+def test_w1_a_derivation_without_the_minus_is_caught():
+    verdict, checks = run_section("W1", ("w = softmax(s1) - lam * softmax(s2)", "w = softmax(s1) + lam * softmax(s2)"))
+    assert_caught("W1", verdict, checks, "= 1 − λ, symbolic")
+
+
+def test_w2_lambda_the_wrong_way_round_is_caught(monkeypatch):
+    def mutant(sink_rows, block_share, rule=diff_attention.SINK_RULE):
+        blocks = (block_share > rule["sink_block"]).nonzero().flatten()
+        residuals = []
+        for layer in blocks.tolist():
+            totals = sink_rows[layer].sum(-1)
+            big, small = totals.topk(2).indices
+            lam = totals[big] / totals[small]                         # ≥ 1: larger over smaller
+            first, second = sink_rows[layer, small], sink_rows[layer, big]
+            residuals.append((first - lam * second).abs().sum() / first.sum())
+        return torch.stack(residuals), blocks
+    monkeypatch.setattr(diff_attention, "sink_residual", mutant)
+    verdict, checks = run_section("W2")
+    assert_caught("W2", verdict, checks, "median over its")
+
+
+def test_w2_a_model_without_sinks_is_not_established(monkeypatch):
+    def flat(data):
+        data["gemma3_sink"] = torch.full_like(data["gemma3_sink"], 0.01)
+    monkeypatch.setattr(ffn_memory, "load", _load_with(flat))
+    verdict, checks = run_section("W2")
+    assert verdict == "not established"
+    assert_caught("W2", verdict, checks, "Gemma 3: sink blocks")
+
+
+def test_w3_a_hull_test_that_sees_everything_inside_is_caught(monkeypatch):
+    original = hull.distance_to_hull
+    monkeypatch.setattr(hull, "distance_to_hull", lambda p, v, *a: (torch.zeros(p.shape[0]), original(p, v)[1]))
+    verdict, checks = run_section("W3")
+    assert_caught("W3", verdict, checks, "Wolfe distance")
+
+
+def test_w3_a_derivation_on_the_wrong_face_is_caught():
+    verdict, checks = run_section("W3", ("w3_distance_sq = sp.simplify(nearest_sq.subs(solution))",
+                                         "w3_distance_sq = sp.simplify(nearest_sq.subs({a: 0, b: 0}))"))
+    assert_caught("W3", verdict, checks, "squared distance")
+
+
+def test_w4_a_softmax_without_the_null_slot_is_caught(monkeypatch):
+    monkeypatch.setattr(diff_attention, "softmax_one", lambda s, dim=-1: torch.softmax(s, dim=dim))
+    verdict, checks = run_section("W4")
+    assert_caught("W4", verdict, checks, "total weight (→ 0)")
+
+
+def test_w4_a_null_slot_shifted_by_the_maximum_wrongly_is_caught(monkeypatch):
+    def mutant(scores, dim=-1):
+        top = scores.amax(dim=dim, keepdim=True)
+        e = (scores - top).exp()
+        return e / (1 + e.sum(dim=dim, keepdim=True))               # the 1 not shifted with the scores
+    monkeypatch.setattr(diff_attention, "softmax_one", mutant)
+    verdict, checks = run_section("W4")
+    assert_caught("W4", verdict, checks, "softmax₁ attention − attention over a zero key")
+
+
+def test_w4_a_null_key_with_a_value_is_caught(monkeypatch):
+    from attnref.attention import scaled_dot_product_attention
+
+    def mutant(q, k, v, *, scale=None):
+        zero_k = k.new_zeros(1, k.shape[-1])
+        return scaled_dot_product_attention(q, torch.cat([zero_k, k]), torch.cat([v.mean(0, keepdim=True), v]))
+    monkeypatch.setattr(diff_attention, "with_null_key", mutant)
+    verdict, checks = run_section("W4")
+    assert_caught("W4", verdict, checks, "softmax₁ attention − attention over a zero key")
 
 
 # --- K3: the stored numbers still match the code and the models ------------------------------------

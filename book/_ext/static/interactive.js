@@ -349,6 +349,27 @@
                   " of the FFN's slots for " + fmt(data.mass) + " of its mass; an attention row needs " +
                   fmt(a90) + " of its keys."};
       }
+    },
+    W1: {
+      // One row of a differential head (notebooks/10-ffn-memory.ipynb stores its two score rows): the
+      // weights softmax(s1) - lambda softmax(beta s2) over the keys, computed here from the scores.
+      title: "W1 · differential weights A₁ − λA₂ of one row",
+      stored: true,
+      controls: [{name: "lambda", label: "λ", min: 0, max: 1, step: 0.05, value: 0.8},
+                 {name: "beta", label: "sharpness of A₂", min: 0.25, max: 4, step: 0.25, value: 1}],
+      draw: function (v, data) {
+        var a1 = softmax(data.first), a2 = softmax(data.second.map(function (s) { return v.beta * s; }));
+        var w = a1.map(function (x, j) { return x - v.lambda * a2[j]; });
+        var keys = w.map(function (x, j) { return j + 1; });
+        var sum = w.reduce(function (a, b) { return a + b; }, 0);
+        var negative = w.filter(function (x) { return x < 0; }).length;
+        return {spec: {series: [{name: "A₁", xs: keys, ys: a1}, {name: "λA₂", xs: keys, ys: a2.map(function (x) { return v.lambda * x; })},
+                                {name: "A₁ − λA₂", xs: keys, ys: w}],
+                       ymin: -1, ymax: 1, xlabel: "key j", ylabel: "weight", hlines: [{y: 0, label: ""}]},
+                value: sum, values: {negative: negative},
+                text: "λ = " + fmt(v.lambda) + ": the row's weights sum to " + fmt(sum) + " (1 − λ); " + negative +
+                  " of " + w.length + " are negative."};
+      }
     }
   };
 
