@@ -23,6 +23,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from attnref.analysis import ffn_memory as fm  # noqa: E402
+from attnref.analysis import norms  # noqa: E402
 from attnref.analysis.texts import SENTENCES  # noqa: E402
 from attnref.book import provenance  # noqa: E402
 
@@ -66,8 +67,9 @@ def load_model(key: str, root: Path):
 
 
 def _ffn_pieces(key: str, model, ids: torch.Tensor):
-    """Per block: (the FFN's input, its keys, bias, up, values, output bias, the model's own FFN output on that input),
-    and the attention weights (h, n, n)."""
+    """Per block: (the FFN's input, its keys, bias, up, values, output bias, the model's own FFN output on that input,
+    the attention weights (h, n, n), the stream entering the block (n, d): the first RMSNorm's input; None for
+    MiniLM, whose LayerNorms come after the sums)."""
     pieces = []
     if key == "minilm":
         from attnref.blocks import encoder_layer
@@ -78,7 +80,7 @@ def _ffn_pieces(key: str, model, ids: torch.Tensor):
             result = encoder_layer(x, weights=layer)
             y = result.trace.hidden[0]                                   # post-LN: the FFN's input
             f = layer.ffn
-            pieces.append((y, f.w_1, f.b_1, None, f.w_2, f.b_2, feed_forward(y, f), result.weights[0]))
+            pieces.append((y, f.w_1, f.b_1, None, f.w_2, f.b_2, feed_forward(y, f), result.weights[0], None))
             x = result.output
     elif key == "smollm2":
         from attnref.decoder import decoder_block, rms_norm, swiglu
@@ -87,7 +89,7 @@ def _ffn_pieces(key: str, model, ids: torch.Tensor):
             result = decoder_block(x, weights=layer, config=model.config, causal=True)
             y = rms_norm(result.trace.hidden[0], layer.ffn_norm, model.config.eps)
             pieces.append((y, layer.w_gate, None, layer.w_up, layer.w_down, None,
-                           swiglu(y, layer.w_gate, layer.w_up, layer.w_down), result.weights[0]))
+                           swiglu(y, layer.w_gate, layer.w_up, layer.w_down), result.weights[0], x[0]))
             x = result.output
     else:
         from attnref.models import gemma3
@@ -97,7 +99,7 @@ def _ffn_pieces(key: str, model, ids: torch.Tensor):
             stream = x + result.trace.attention_update
             y = gemma3.gemma_rms_norm(stream, layer.ffn_norm, model.config.eps)[0]
             pieces.append((y, layer.w_gate, None, layer.w_up, layer.w_down, None,
-                           gemma3.geglu(y, layer.w_gate, layer.w_up, layer.w_down), result.weights[0]))
+                           gemma3.geglu(y, layer.w_gate, layer.w_up, layer.w_down), result.weights[0], x[0]))
             x = result.output
     return pieces
 
@@ -105,10 +107,10 @@ def _ffn_pieces(key: str, model, ids: torch.Tensor):
 def measure_sentence(key: str, model, ids: torch.Tensor, config: dict) -> dict[str, torch.Tensor]:
     """One sentence's per-block sums (float64) and its top-slot sets, for model ``key``."""
     out = {name: [] for name in ("slots90", "effective", "negative", "attn90", "attn_effective", "attn_rows",
-                                 "identity_error", "curve_ffn", "curve_attn", "sink")}
+                                 "identity_error", "curve_ffn", "curve_attn", "sink", "rho", "gap")}
     sets = []
     with torch.no_grad():
-        for y, keys, bias, up, values, bias_2, ffn_out, att in _ffn_pieces(key, model, ids):
+        for y, keys, bias, up, values, bias_2, ffn_out, att, stream in _ffn_pieces(key, model, ids):
             a = fm.slot_weights(y, keys, bias, activation_name=config["activation"], up=up)   # (n, d_ff)
             again = fm.slot_sum(a, values, bias_2)                      # Σ_k a_k v_k (+ b_2)
             scale = ffn_out.abs().max().clamp_min(1e-30)
@@ -132,7 +134,10 @@ def measure_sentence(key: str, model, ids: torch.Tensor, config: dict) -> dict[s
             out["attn_rows"].append(torch.tensor(float(rows.shape[0]), dtype=torch.float64))
             sets.append(fm.top_sets(mass, RULE["top_fraction"]))
             out["sink"].append(att[:, 1:, 0].double())                       # (h, n − 1): W2's sink weights
-    result = {name: torch.stack(values) for name, values in out.items()}
+            if stream is not None:                                           # N4: RMSNorm against LN on the stream
+                out["rho"].append(norms.mean_to_rms(stream.double()))
+                out["gap"].append(norms.centring_gap(stream, eps=0.0).double())
+    result = {name: torch.stack(values) for name, values in out.items() if values}
     result["sets"] = torch.stack(sets)                                   # (layers, n, d_ff) bool
     return result
 
@@ -146,8 +151,13 @@ def measure(key: str, root: Path, sentences: int | None = None, say=print) -> tu
         per.append(measure_sentence(key, model, ids, config))
         if (s + 1) % 16 == 0:
             say(f"  {key}: {s + 1}/{S} sentences")
-    arrays = {f"{key}_{name}": torch.stack([p[name] for p in per]) for name in per[0] if name not in ("sets", "sink")}
+    by_token = ("sets", "sink", "rho", "gap")
+    arrays = {f"{key}_{name}": torch.stack([p[name] for p in per]) for name in per[0] if name not in by_token}
     arrays[f"{key}_sink"] = torch.cat([p["sink"] for p in per], dim=-1)   # (layers, h, rows t ≥ 1 of every sentence)
+    if "rho" in per[0]:                                                   # (layers, every token of every sentence)
+        arrays[f"{key}_rho"] = torch.cat([p["rho"] for p in per], dim=-1)
+        arrays[f"{key}_gap"] = torch.cat([p["gap"] for p in per], dim=-1)
+        arrays[f"{key}_first_mask"] = torch.cat([(torch.arange(len(ids)) == 0).double() for ids in all_ids])
     arrays[f"{key}_tokens"] = torch.tensor([float(len(ids)) for ids in all_ids], dtype=torch.float64)
     overlap = torch.zeros(S, S, L, dtype=torch.float64)
     for layer in range(L):

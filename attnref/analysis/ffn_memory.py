@@ -180,7 +180,7 @@ def attention_rows(weights: Tensor, causal: bool, min_support: int = RULE["min_s
 #: (attnref's attention, blocks and loaders, edited for other chapters too) are not hashed: the drift
 #: test re-measures sentences with the current code instead and fails if the numbers moved.
 SOURCES = ("attnref/analysis/ffn_memory.py", "tools/measure_ch10.py", "attnref/analysis/diff_attention.py",
-           "attnref/analysis/texts.py")
+           "attnref/analysis/norms.py", "attnref/analysis/texts.py")
 DATA = Path("data") / "ch10-measurements"
 ROOT = Path(__file__).resolve().parents[2]
 #: The models measured, by the registry's names, and the short key of their arrays.
