@@ -381,17 +381,29 @@ def test_every_refusal_names_the_supported_families_in_one_form(tmp_path, capsys
 def test_a_truncated_shard_and_a_missing_shard_are_one_line(built, tmp_path, capsys):
     import shutil
     source, _ = built["llama"]
-    for case in ("truncated", "missing"):
+    expected = {"truncated": "corrupt", "missing": "is missing", "no-weights": "no model.safetensors",
+                "pytorch-bin": "save it again with save_pretrained", "no-tokenizer": "no usable tokenizer",
+                "bad-index": "not a valid shard index"}
+    for case, words in expected.items():
         folder = tmp_path / case
         shutil.copytree(source, folder)
-        shard = sorted(folder.glob("model-*.safetensors"))[0]
+        shards = sorted(folder.glob("model-*.safetensors"))
         if case == "truncated":
-            shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+            shards[0].write_bytes(shards[0].read_bytes()[: shards[0].stat().st_size // 2])
+        elif case == "missing":
+            shards[0].unlink()
+        elif case in ("no-weights", "pytorch-bin"):
+            for f in shards + [folder / "model.safetensors.index.json"]:
+                f.unlink()
+            if case == "pytorch-bin":
+                (folder / "pytorch_model.bin").write_bytes(b"\0" * 64)
+        elif case == "no-tokenizer":
+            (folder / "tokenizer.json").unlink()
         else:
-            shard.unlink()
+            (folder / "model.safetensors.index.json").write_text("{}")
         code = main([str(folder), "--texts", str(_texts(tmp_path)), "--out", str(tmp_path / "r"), "--quiet"])
         err = capsys.readouterr().err
-        assert code == 2 and err.count("\n") == 1 and ("corrupt" in err if case == "truncated" else "is missing" in err), err
+        assert code == 2 and err.count("\n") == 1 and words in err, (case, err)
 
 
 def test_a_registered_recheck_is_measured_recorded_and_reported(built, tmp_path, monkeypatch):
