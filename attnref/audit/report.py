@@ -111,6 +111,20 @@ def book_comparison() -> dict:
     return out
 
 
+_TEX = ((r"\\(?:mathrm|operatorname|text|mathbf)\{([^}]*)\}", r"\1"), (r"\\cdot", "·"), (r"\\top", "ᵀ"),
+        (r"\\sqrt", "√"), (r"\\(?:ldots|dots)", "…"), (r"\\leq?\b", "≤"), (r"\\geq?\b", "≥"), (r"\^2", "²"),
+        (r"\\[lr]Vert", "‖"), (r"\\([a-zA-Z]+)", r"\1"), (r"[{}$]", ""))
+
+
+def readable(text: str) -> str:
+    """A claim's statement with its TeX made plain text (the page has no maths renderer):
+    ``$\\mathrm{E}[\\cos^2] = 1/d$`` -> ``E[cos²] = 1/d``."""
+    import re
+    for pattern, replacement in _TEX:
+        text = re.sub(pattern, replacement, text)
+    return text
+
+
 def _format(value) -> str:
     if value is None:
         return "—"
@@ -143,7 +157,7 @@ def page(report: dict) -> str:
     heads_cols = "".join(f"<th>{html.escape(book[n]['label'])}</th>" for n in names)
 
     summary = "".join(
-        f"<tr><td><a href='#{cid.lower()}'>{cid}</a></td><td>{html.escape(e['claim'])}</td><td>{_badge(e['verdict'])}</td>"
+        f"<tr><td><a href='#{cid.lower()}'>{cid}</a></td><td>{html.escape(readable(e['claim']))}</td><td>{_badge(e['verdict'])}</td>"
         + "".join(f"<td>{_badge(book[n]['verdicts'].get(cid))}</td>" for n in names) + "</tr>"
         for cid, e in report["rechecks"].items())
 
@@ -174,7 +188,7 @@ def page(report: dict) -> str:
                         f"<td><b>{html.escape(str(c['measured']))}</b></td><td>{html.escape(str(c['held_to']))}</td>"
                         f"<td>{html.escape(c.get('fails_if') or '')}</td>{beside}</tr>")
         sections.append(
-            f"<section id='{cid.lower()}'><h2>{cid} · {html.escape(entry['claim'])}</h2>"
+            f"<section id='{cid.lower()}'><h2>{cid} · {html.escape(readable(entry['claim']))}</h2>"
             f"<p>This model: {_badge(entry['verdict'])}"
             + "".join(f" &nbsp; {html.escape(book[n]['label'])}: {_badge(book[n]['verdicts'].get(cid))}" for n in names)
             + "</p><table><thead><tr><th></th><th>check</th><th>measured</th><th>held to</th>"
