@@ -41,7 +41,7 @@ PORTABLE_ARGS ?=
 KERNEL_PATHS ?= avx512:AVX512 avx2:AVX2 default:SSE4_2
 DETERMINISM_LOG ?= /tmp/attention-claims-determinism.log
 
-.PHONY: portability experiments experiments-recheck experiments-robust experiments-text measure install book bundle bundle-check pdf test test-fast seeds test-seeds determinism bench preflight execute lock clean help
+.PHONY: portability experiments experiments-confirmatory experiments-recheck experiments-robust experiments-text measure install book bundle bundle-check pdf test test-fast seeds test-seeds determinism bench preflight execute lock clean help
 
 help:
 	@echo "make book | make pdf (the PDF edition) | make bundle (notebooks + wheel + reader lock, for download) | make bundle-check (its README run for real) | make test | make test-fast (no notebooks) | make execute (refresh stored outputs) | make clean"
@@ -168,6 +168,17 @@ experiments: $(STAMP)
 	@$(MAKE) --no-print-directory experiments-recheck
 	@$(MAKE) --no-print-directory experiments-robust
 	@$(MAKE) --no-print-directory experiments-text
+
+# Chapter 8's confirmatory round, synthetic (data/experiments/confirmatory/plan.toml, committed before
+# its runs): tuning -> pilot -> seeds (the plan's seed rule) -> comparisons -> shared-rate grid, one
+# batched model per setting; resumable: a setting whose file is current is skipped, so an interrupted
+# round continues where it stopped (attnref/training/confirmatory.py).
+experiments-confirmatory: $(STAMP)
+	@test -f data/experiments/confirmatory/tuning.json || $(RUN) $(BIN)/python -m attnref.training.confirmatory tune $(JOBS)
+	@test -f data/experiments/confirmatory/pilot.json || $(RUN) $(BIN)/python -m attnref.training.confirmatory pilot $(JOBS)
+	@test -f data/experiments/confirmatory/seeds.json || $(RUN) $(BIN)/python -m attnref.training.confirmatory seeds
+	$(RUN) $(BIN)/python -m attnref.training.confirmatory comparisons $(JOBS)
+	$(RUN) $(BIN)/python -m attnref.training.confirmatory grid $(JOBS)
 
 # Chapter 8 on text (data/experiments/text/amendment-1.toml): the pilot that fixes delta, then 19
 # settings x 10 seeds of a character-level model on Shakespeare (about 75 CPU-minutes; the time of

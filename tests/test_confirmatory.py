@@ -286,3 +286,25 @@ def test_the_seed_stage_applies_the_plan_s_rule(tmp_path, monkeypatch):
     (tmp_path / "pilot.json").write_text(json.dumps({"plan_sha256": "0" * 64, "training_code_hash": training_code_hash(), "pairs": pairs}))
     with pytest.raises(RuntimeError, match="another plan"):
         confirmatory.seeds()
+
+
+def test_the_stages_are_resumable_and_name_the_voting_settings(tmp_path, monkeypatch):
+    # a stage skips a setting whose file is current (same plan, code, seeds, rate, steps) and trains
+    # it again when any of these changed or the file is unreadable
+    from attnref.training import confirmatory
+
+    header = {"stage": "comparisons", "setting": "E1 | n = 8 | identity", "plan_sha256": ex.plan_hash(PLAN),
+              "seeds": [43000, 43001], "lr": 0.03, "steps": 130}
+    path = tmp_path / "x.json"
+    assert not confirmatory._current(path, header)
+    path.write_text(json.dumps({**header, "runs": []}))
+    assert confirmatory._current(path, header)
+    assert not confirmatory._current(path, {**header, "seeds": [43000, 43001, 43002]})
+    assert not confirmatory._current(path, {**header, "lr": 0.01})
+    path.write_text("{not json")
+    assert not confirmatory._current(path, header)
+    assert confirmatory._slug("E2 | depth 4 | post_relu @ lr 0.003") == "e2_depth_4_post_relu_lr_0.003"
+    voting = confirmatory._voting(ex.load_plan(PLAN))
+    assert ("E1", "n = 8", "relu_qkv") in voting and ("E1", "n = 8", "gate") not in voting
+    assert {("E2", f"depth {d}", v) for d in (2, 4, 8) for v in ("post", "post_relu", "post_branch_relu")} <= voting
+    assert ("E6", "lr 3e-3", "dot") not in voting and ("E6", "lr 1e-1", "dot") in voting

@@ -143,10 +143,14 @@ def pilot(workers: int = 2) -> dict:
             s = next(x for x in found[pair["experiment"]] if x.variant == variant and x.group == pair["group"])
             lr = s.lr if s.lr is not None else tuning[_key(s)]["lr"]
             wanted[_key(s)] = (s, lr)
-    jobs = [((k, seed), s, seed, lr) for k, (s, lr) in wanted.items() for seed in seeds]
+    from attnref.training import batched
+
     start = time.perf_counter()
-    records = _train(jobs, workers)
+    tasks = [batched.Task(key=k, run=s.run(seeds[0], lr), seeds=tuple(seeds)) for k, (s, lr) in wanted.items()]
+    done = batched.run_tasks(tasks, workers=workers, progress=False)     # one batched model per setting
+    records = {(k, seed): r for k, rs in done.items() for seed, r in zip(seeds, rs)}
     out = {**_header("pilot"), "tuning_sha256": _sha(DIRECTORY / "tuning.json"), "pilot_seeds": seeds,
+           "batched_code_hash": batched.code_hash(),
            "settings": {k: {"lr": lr, "runs": [records[(k, seed)] for seed in seeds]} for k, (s, lr) in wanted.items()},
            "pairs": []}
     for pair in plan["pilot"]["pairs"]:
@@ -205,6 +209,152 @@ def seeds() -> dict:
     return out
 
 
+# Stages 3-4: the comparisons and the shared-rate grid, one batched model per setting, resumable ----------
+
+def _slug(text: str) -> str:
+    import re
+
+    return re.sub(r"[^A-Za-z0-9.]+", "_", text).strip("_").lower()
+
+
+def _current(path: Path, header: dict) -> bool:
+    """Whether ``path`` exists and was made under ``header``'s plan, code, seeds, rate and steps."""
+    if not path.exists():
+        return False
+    try:
+        stored = json.loads(path.read_text())
+    except ValueError:
+        return False
+    return all(stored.get(k) == v for k, v in header.items())
+
+
+def _setting_tasks(stage: str, rate_of, steps_factor: int, seeds: list[int], only: set | None = None):
+    """(path, header, Task) for every setting of the plan at the rates ``rate_of(setting)`` gives."""
+    from dataclasses import replace
+
+    from attnref.training import batched
+    from attnref.training.train import training_code_hash
+
+    plan, found = _settings()
+    _, sha = _plan()
+    out = []
+    for e, items in found.items():
+        for s in items:
+            for lr in rate_of(s):
+                steps = s.steps * steps_factor
+                marks = tuple(sorted({*s.checkpoints, *([s.steps] if steps_factor > 1 else [])}))
+                run = replace(s.run(seeds[0], lr), steps=steps, checkpoints=marks)
+                name = f"{e} | {s.group} | {s.variant}" + (f" @ lr {lr:g}" if stage == "grid" else "")
+                if only is not None and name not in only:
+                    continue
+                header = {"stage": stage, "setting": name, "plan_sha256": sha, "training_code_hash": training_code_hash(),
+                          "seeds": list(seeds), "lr": lr, "steps": steps, "checkpoints": list(marks)}
+                out.append((DIRECTORY / stage / f"{_slug(name)}.json", header, batched.Task(key=name, run=run, seeds=tuple(seeds))))
+    return out
+
+
+def _run_stage(items, workers: int) -> int:
+    """Train every item whose file is missing or stale; write each file as its batch finishes."""
+    from attnref.book import provenance
+    from attnref.training import batched
+
+    todo = [(path, header, task) for path, header, task in items if not _current(path, header)]
+    print(f"{len(items) - len(todo)} of {len(items)} settings current; training {len(todo)}", file=sys.stderr, flush=True)
+    if not todo:
+        return 0
+    by_key = {task.key: (path, header) for path, header, task in todo}
+    for path, _, _ in todo:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    import multiprocessing as mp
+
+    def write(key, records):
+        path, header = by_key[key]
+        data = {**header, "batched_code_hash": batched.code_hash(), "machine": provenance.machine(),
+                "cpu_seconds": round(sum(r["cpu_seconds"] for r in records), 2), "runs": records}
+        path.write_text(json.dumps(data, indent=1) + "\n")
+
+    tasks = sorted((t for _, _, t in todo), key=lambda t: -t.cost())
+    if workers <= 1:
+        for t in tasks:
+            write(*batched.run_task(t))
+    else:
+        with mp.get_context("fork").Pool(min(workers, len(tasks))) as pool:
+            for key, records in pool.imap_unordered(batched._run_task_on, [(t, None) for t in tasks]):
+                write(key, records)
+                print(f"  wrote {by_key[key][0].name}", file=sys.stderr, flush=True)
+    return len(todo)
+
+
+def _voting(plan: dict) -> set[tuple[str, str, str]]:
+    """(experiment, group, variant) of every setting a voting comparison names."""
+    from attnref.training import confirm
+
+    out = set()
+    for e in plan:
+        if not (e.startswith("E") and e[1:].isdigit()):
+            continue
+        for c in plan[e].get("compare", []):
+            if c["votes"]:
+                for g in c.get("groups", [x["name"] for x in plan[e]["groups"]]):
+                    out |= {(e, g, side) for side in confirm._sides(c["key"])}
+    return out
+
+
+def comparisons(workers: int = 2) -> int:
+    """Stage 3: every setting on the first S comparison seeds (seeds.json) at its tuned rate (E6:
+    its group's), to the largest budget factor, read at B on the way; one file per setting under
+    comparisons/, skipped when current. E6's settings also get the step-0 attention statistics."""
+    plan, _ = _plan()
+    tuning = load("tuning.json")["settings"]
+    chosen = load("seeds.json")["comparison_seeds"]
+    factor = max(plan["design"].get("budget_factors", [1]))
+    rate = lambda s: [s.lr if s.lr is not None else tuning[_key(s)]["lr"]]
+    return _run_stage(_setting_tasks("comparisons", rate, factor, chosen), workers)
+
+
+def grid(workers: int = 2) -> int:
+    """Stage 4: both settings of every voting comparison of a tuned experiment at every rate of
+    shared_lr_grid other than its tuned one, at the budget B, on the comparison seeds; one file
+    per (setting, rate) under grid/, skipped when current."""
+    plan, _ = _plan()
+    tuning = load("tuning.json")["settings"]
+    chosen = load("seeds.json")["comparison_seeds"]
+    voting = _voting(plan)
+    shared = plan["design"]["shared_lr_grid"]
+
+    def rates(s):
+        if s.lr is not None or (s.experiment, s.group, s.variant) not in voting:
+            return []
+        return [r for r in shared if r != tuning[_key(s)]["lr"]]
+    return _run_stage(_setting_tasks("grid", rates, 1, chosen), workers)
+
+
+def step0_attention(seeds_list=None) -> dict:
+    """E6: the attention statistics of every E6 setting at initialisation (step 0), per comparison
+    seed: the logit level before any training, printed beside the trained one (confirmatory/e6-step0.json)."""
+    import torch
+
+    from attnref.training import train as train_module
+    from attnref.training.models import RecallModel
+    from attnref.training.train import training_code_hash
+
+    plan, found = _settings()
+    _, sha = _plan()
+    seeds_list = seeds_list or load("seeds.json")["comparison_seeds"]
+    out = {"stage": "e6-step0", "plan_sha256": sha, "training_code_hash": training_code_hash(),
+           "seeds": list(seeds_list), "settings": {}}
+    torch.set_num_threads(1)
+    for s in found["E6"]:
+        stats = []
+        for seed in seeds_list:
+            run = s.run(seed, s.lr)
+            model = RecallModel(run.spec, run.task.keys, run.task.values, seed, classes=run.task.classes)
+            stats.append(train_module.attention_statistics(model, run))
+        out["settings"][_key(s)] = stats
+    (DIRECTORY / "e6-step0.json").write_text(json.dumps(out, indent=1) + "\n")
+    return out
+
+
 if __name__ == "__main__":
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     stage = sys.argv[1] if len(sys.argv) > 1 else ""
@@ -218,5 +368,10 @@ if __name__ == "__main__":
     elif stage == "seeds":
         done = seeds()
         print(f"S = {done['S']}; delta {done['delta']}")
+    elif stage == "comparisons":
+        print(f"comparisons: {comparisons(workers)} settings trained")
+        step0_attention()
+    elif stage == "grid":
+        print(f"shared-rate grid: {grid(workers)} settings trained")
     else:
-        raise SystemExit("usage: python -m attnref.training.confirmatory tune|pilot|seeds [workers]")
+        raise SystemExit("usage: python -m attnref.training.confirmatory tune|pilot|seeds|comparisons|grid [workers]")
