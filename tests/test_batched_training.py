@@ -293,3 +293,27 @@ def test_bad_input_is_named():
         batched.Schedule(warmup=-1)
     with pytest.raises(ValueError, match="decay_steps"):
         batched.Schedule(warmup=10, decay_steps=5)
+
+
+# --- a learning-rate grid as one batch --------------------------------------------------------------------
+
+def test_a_learning_rate_grid_on_one_seed_is_the_lone_runs_at_each_rate(float64):
+    # members (seed 5, lr) for three rates: each is the lone run at its rate (Adam with a rate per member,
+    # batched._MemberAdam, is torch's Adam step written out: at one rate it gives the torch path's losses)
+    run = _recall_run(dict(placement="post", layers=2))
+    rates = [1e-3, 3e-3, 1e-2]
+    members = batched.train_recall(run, [5, 5, 5], lrs=rates, keep_losses=True)
+    for lr, member in zip(rates, members, strict=True):
+        assert member["config"]["lr"] == lr and member["batched"]["lrs"] == rates
+        gap = _gap_recall(train.train(replace(run, seed=5, lr=lr)), member)
+        assert gap <= TOL64, f"lr {lr}: {gap:.3g} > {TOL64}"
+    alone = batched.train_recall(replace(run, lr=1e-2), [5], keep_losses=True)[0]
+    assert max(abs(a - b) for a, b in zip(alone["losses"], members[2]["losses"], strict=True)) <= TOL64
+    corpus, trun = _corpus(), _text_run({}, steps=60)
+    texts = batched.train_text(trun, corpus, [5, 5], lrs=[3e-3, 1e-2])
+    for lr, member in zip([3e-3, 1e-2], texts, strict=True):
+        assert _gap_text(text.train(replace(trun, seed=5, lr=lr), corpus), member) <= TOL64
+    with pytest.raises(ValueError, match="lrs has 2 learning rates for 3 seeds"):
+        batched.train_recall(run, [1, 2, 3], lrs=[1e-3, 1e-2])
+    with pytest.raises(ValueError, match="repeats at one learning rate"):
+        batched.train_recall(run, [5, 5], lrs=[1e-3, 1e-3])

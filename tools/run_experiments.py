@@ -4,11 +4,16 @@ The plan is data/experiments/plan.toml (committed before the runs; its sha256 go
 result file). Per experiment, phase 1 trains each setting once per learning rate of the plan's grid
 on the tuning seed and keeps the best (held-out accuracy, then loss); a best value at an edge of the
 grid widens it once (× 3 or ÷ 3) and the file records whether the choice is still at an edge.
-Phase 2 trains each setting with its learning rate on every comparison seed. One thread per
-process, at most 2 worker processes, one progress bar over all runs.
+Phase 2 trains each setting with its learning rate on every comparison seed: all the seeds of a
+setting as one batched model (phase 1's grid too: one member per rate on the tuning seed) (attnref.training.batched: each seed with its lone run's initial
+weights, data stream and optimiser state; ``--seed-batch K`` splits them into batches of K,
+``--lone`` trains seed by seed with the lone loop that made the exploratory rounds). One thread per
+process, at most 2 worker processes, one progress bar over all runs (weighted by each task's cost,
+with the estimated time left).
 
     python tools/run_experiments.py [--jobs 2] [--only E1,E3] [--out data/experiments]
-                                    [--device cpu|cuda] [--shard i/k]
+                                    [--device cpu|cuda] [--shard i/k] [--seed-batch K] [--lone]
+                                    [--ray auto|local|ADDRESS]
     python tools/run_experiments.py --merge DIR [DIR ...] --out data/experiments
     python tools/run_experiments.py --pilot          # calibration on the plan's pilot seeds
 
@@ -16,7 +21,10 @@ process, at most 2 worker processes, one progress bar over all runs.
 comparison of a setting stay in one shard — and writes ``e*.json`` holding those settings only;
 ``--merge`` joins the shards' files into the files one process would have written (the settings in
 the plan's order). ``--device cuda`` trains on the GPU (recorded in every run; an error if torch
-sees none).
+sees none). ``--ray auto|ADDRESS`` submits one task per (setting, seed batch) to a Ray cluster
+(``pip install '.[experiments]'``; ``local`` starts a local instance with ``--jobs`` CPUs) and
+writes the same files as the local pool; every mode (text, pilot, recheck, robustness grid) runs
+its tasks there.
 
 ``--recheck``: re-train every comparison run of the stored experiments (``--only``; the learning
 rates the stored files chose, no tuning) and write files of the same form to ``--out``. `make
@@ -43,54 +51,55 @@ import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from attnref.book import provenance  # noqa: E402
+from attnref.training import batched  # noqa: E402
 from attnref.training import experiments as ex  # noqa: E402
 from attnref.training.train import attnref_source_hash, resolve_device, train, training_code_hash  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEVICE = "cpu"
+RAY: str | None = None      # --ray: the Ray cluster's address ("auto", "local", host:port); None: the local pool
+JOBS = 2                    # --jobs: local worker processes (with --ray: the CPUs of a "local" instance)
+SEED_BATCH = 0              # --seed-batch: seeds per batched task (0: every seed of a setting in one task)
+LONE = False                # --lone: the lone loop seed by seed (the loop that made the exploratory rounds)
 # Fields of a result that depend on the process and the clock, not on the computation (ignored
 # when shards are compared with a single run).
 VOLATILE = ("seconds", "cpu_seconds", "run_seconds", "machine", "shard")
 
 
-def _job(job):
-    key, setting, seed, lr = job
-    return key, train(setting.run(seed, lr), device=DEVICE)
+def _execute(tasks: list, desc: str, bar=None) -> dict:
+    """Every :class:`batched.Task`, on the local pool (``--jobs``) or Ray (``--ray``): ``{key: records}``."""
+    return batched.run_tasks(tasks, workers=max(1, min(2, JOBS)) if not RAY else JOBS, ray_address=RAY,
+                             device=DEVICE, desc=desc, progress=True if bar is None else bar)
 
 
-def _cost(job) -> float:
-    _, setting, _, _ = job
-    width = 1 if setting.spec.body == "attention" else 0.3
-    return setting.steps * setting.spec.layers * (setting.n + 1 + 16) * width
+def _chunks(seeds, size: int) -> list[tuple[int, ...]]:
+    seeds = tuple(seeds)
+    size = size if size > 0 else len(seeds)
+    return [seeds[i:i + size] for i in range(0, len(seeds), size)]
 
 
-def _map(pool, jobs, bar):
-    jobs = sorted(jobs, key=_cost, reverse=True)
-    out = {}
-    iterator = pool.imap_unordered(_job, jobs) if pool else map(_job, jobs)
-    for key, record in iterator:
-        out[key] = record
-        bar.update(1)
-    return out
+def _seed_tasks(key, run_, seeds, plays=(), lone=None) -> list:
+    """One task per seed batch of one setting (``--seed-batch``); lone: one task per seed."""
+    lone = LONE if lone is None else lone
+    return [batched.Task((key, chunk), run_, chunk, plays=tuple(plays), lone=lone)
+            for chunk in _chunks(seeds, 1 if lone else SEED_BATCH)]
 
 
-def _pool(jobs):
-    if jobs <= 1:
-        return None
-    return mp.get_context("fork").Pool(jobs)
+def _by_seed(out: dict) -> dict:
+    """``{(key, seed): record}`` from run_tasks' ``{(key, seeds): records}``."""
+    return {(key, seed): record for (key, chunk), records in out.items() for seed, record in zip(chunk, records)}
 
 
-def _train_all(jobs, desc: str, workers: int) -> dict:
-    """Every job of a list once, on up to two worker processes, with one progress bar."""
-    bar = tqdm(total=len(jobs), desc=desc, unit="run", file=sys.stderr, mininterval=2.0)
-    pool = _pool(max(1, min(2, workers)))
-    try:
-        return _map(pool, jobs, bar)
-    finally:
-        bar.close()
-        if pool:
-            pool.close()
-            pool.join()
+def _train_all(jobs, desc: str, workers: int = 0, lone: bool = True) -> dict:
+    """Jobs ``(key, setting, seed, lr)`` (the lone loop unless ``lone`` is False: one task per seed),
+    one progress bar with the time left; ``{key: record}``."""
+    tasks = [batched.Task(key, setting.run(seed, lr), (seed,), lone=lone) for key, setting, seed, lr in jobs]
+    return {key: records[0] for key, records in _execute(tasks, desc).items()}
+
+
+def _trainer() -> dict:
+    return {"trainer": "lone" if LONE else "batched", "batched_code_hash": batched.code_hash(),
+            "seed_batch": SEED_BATCH}
 
 
 def _selected(args) -> list[str]:
@@ -144,19 +153,36 @@ def run(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    total_runs = sum(len(seeds) + (0 if s.lr is not None else len(grid)) for e in chosen
-                     for j, s in enumerate(all_settings[e]) if (e, j) in mine)
-    bar = tqdm(total=total_runs, desc="make experiments", unit="run", file=sys.stderr,
-               mininterval=2.0, dynamic_ncols=True)
-    pool = _pool(max(1, min(2, args.jobs)))
+    mine_of = {e: [(j, s) for j, s in enumerate(all_settings[e]) if (e, j) in mine] for e in chosen}
+
+    def tuning_tasks(e, ss, lrs):
+        # a setting's learning-rate grid on the tuning seed: one batched model with a rate per member
+        # (--lone: one lone run per rate)
+        if LONE:
+            return [batched.Task((e, j, lr), s.run(tuning_seed, lr), (tuning_seed,), lone=True)
+                    for j, s in ss if s.lr is None for lr in lrs]
+        return [batched.Task((e, j, tuple(lrs)), s.run(tuning_seed, lrs[0]), (tuning_seed,) * len(lrs), lrs=tuple(lrs))
+                for j, s in ss if s.lr is None and lrs]
+
+    def tuned_of(out):
+        return {(e_, j, lr): record for (e_, j, key), records in out.items()
+                for lr, record in zip(key if isinstance(key, tuple) else (key,), records)}
+
+    def comparison_tasks(e, ss, best):
+        return [t for j, s in ss for t in _seed_tasks((e, j), s.run(seeds[0], best.get(j, s.lr or grid[0])), seeds)]
+
+    # one bar over every run of every experiment, weighted by each task's cost, with the time left
+    total = sum(t.cost() for e in chosen for t in tuning_tasks(e, mine_of[e], grid) + comparison_tasks(e, mine_of[e], {}))
+    bar = tqdm(total=round(total), desc="make experiments", unit="seed-step", unit_scale=True, file=sys.stderr,
+               mininterval=2.0, dynamic_ncols=True, bar_format="{l_bar}{bar}| {percentage:3.0f}% [{elapsed}<{remaining} left]")
     count = 0
     try:
         for e in chosen:                  # one experiment at a time: its file is written when done
-            ss = [(j, s) for j, s in enumerate(all_settings[e]) if (e, j) in mine]
+            ss = mine_of[e]
             if not ss:
                 continue
             n_of = {j: s.n for j, s in ss}
-            tuned = _map(pool, [((e, j, lr), s, tuning_seed, lr) for j, s in ss if s.lr is None for lr in grid], bar)
+            tuned = tuned_of(_execute(tuning_tasks(e, ss, grid), f"tune {e}", bar))
             count += len(tuned)
             best, edge, extra = {}, {}, {}
             for j, s in ss:                                    # a best value at an edge widens the grid once
@@ -164,9 +190,10 @@ def run(args) -> int:
                     choice = _best({lr: tuned[(e, j, lr)] for lr in grid}, s.n)
                     if choice in (grid[0], grid[-1]):
                         extra[j] = choice / 3 if choice == grid[0] else choice * 3
-            bar.total += len(extra)
-            tuned.update(_map(pool, [((e, j, lr), s, tuning_seed, lr) for j, s in ss if j in extra
-                                     for lr in (extra[j],)], bar))
+            widen = [batched.Task((e, j, extra[j]), s.run(tuning_seed, extra[j]), (tuning_seed,), lone=LONE)
+                     for j, s in ss if j in extra]
+            bar.total += round(sum(t.cost() for t in widen))
+            tuned.update(tuned_of(_execute(widen, f"tune {e}", bar)))
             count += len(extra)
             for j, s in ss:
                 if s.lr is not None:
@@ -175,9 +202,10 @@ def run(args) -> int:
                 records = {lr: tuned[(e, j_, lr)] for (e_, j_, lr) in tuned if (e_, j_) == (e, j)}
                 best[j] = _best(records, s.n)
                 edge[j] = best[j] in (min(records), max(records))
-            runs = _map(pool, [((e, j, seed), s, seed, best[j]) for j, s in ss for seed in seeds], bar)
+            runs = {(e, j, seed): r for ((e_, j), seed), r in
+                    _by_seed(_execute(comparison_tasks(e, ss, best), f"compare {e}", bar)).items()}
             count += len(runs)
-            data = {**_header(e, plan, plan_sha, plan_file), "shard": f"{i_shard}/{k_shard}", "settings": [{
+            data = {**_header(e, plan, plan_sha, plan_file), **_trainer(), "shard": f"{i_shard}/{k_shard}", "settings": [{
                 "variant": s.variant, "group": s.group, "n": s.n, "steps": s.steps, "lr": best[j],
                 "lr_tuned": s.lr is None, "lr_at_edge": edge[j],
                 "tuning": [{"lr": lr, **tuned[(e, j, lr)]["eval"][str(n_of[j])]}
@@ -191,12 +219,10 @@ def run(args) -> int:
                        f"({(time.perf_counter() - start) / 60:.1f} min so far)", file=sys.stderr)
     finally:
         bar.close()
-        if pool:
-            pool.close()
-            pool.join()
     total = time.perf_counter() - start
+    where = f"Ray at {RAY}" if RAY else f"{max(1, min(2, args.jobs))} worker process(es)"
     print(f"make experiments: {count} runs in {total / 60:.1f} min on {DEVICE} "
-          f"({max(1, min(2, args.jobs))} worker process(es); load average {os.getloadavg()[0]:.1f})")
+          f"({where}; {'lone' if LONE else 'batched'}; load average {os.getloadavg()[0]:.1f})")
     return 0
 
 
@@ -433,16 +459,6 @@ TEXT_GRID = ROOT / "data" / "experiments" / "text" / "amendment-2.toml"
 _TEXT: dict = {}          # the corpus and settings, loaded once before the workers fork
 
 
-def _text_job(job):
-    from dataclasses import replace
-
-    from attnref.training import text
-
-    name, seed = job
-    run_ = replace(_TEXT["settings"][name], seed=seed)
-    return job, text.train(run_, _TEXT["corpus"], device=DEVICE)
-
-
 def _text_header(plan_file: Path, amendment_file: Path, corpus) -> dict:
     from attnref.training import text
 
@@ -450,27 +466,23 @@ def _text_header(plan_file: Path, amendment_file: Path, corpus) -> dict:
             "text_code_hash": text.code_hash(), "corpus_sha256": corpus.sha256,
             "unigram_entropy": text.unigram_entropy(corpus), "vocab": corpus.vocab,
             "torch_version": torch.__version__, "python_version": platform.python_version(), "device": DEVICE,
-            "machine": provenance.machine(), "load_average_start": os.getloadavg()[0]}
+            "machine": provenance.machine(), "load_average_start": os.getloadavg()[0], **_trainer()}
 
 
-def _text_train(jobs: list, desc: str, workers: int) -> dict:
-    """Train (setting, seed) jobs, the deepest first, on up to ``workers`` processes, one progress bar."""
-    cost = lambda job: _TEXT["settings"][job[0]].spec.layers
-    jobs = sorted(jobs, key=cost, reverse=True)
-    bar = tqdm(total=len(jobs), desc=desc, unit="run", file=sys.stderr, mininterval=5.0)
-    pool = _pool(max(1, min(2, workers)))
+def _text_train(jobs: list, desc: str, workers: int = 0) -> dict:
+    """Train (setting, seed) jobs: each setting's seeds as batched tasks (``--seed-batch``; ``--lone``:
+    the lone loop, one task per seed), on the local pool or Ray, one progress bar with the time left;
+    ``{setting: {str(seed): record}}``."""
+    plays = _TEXT["plays"]
+    batched._CORPORA[tuple(plays)] = _TEXT["corpus"]        # loaded once; the forked workers inherit it
+    seeds_of: dict = {}
+    for name, seed in jobs:
+        seeds_of.setdefault(name, []).append(seed)
+    tasks = [t for name, seeds in seeds_of.items() for t in _seed_tasks(name, _TEXT["settings"][name], seeds, plays)]
     out: dict = {}
-    try:
-        iterator = pool.imap_unordered(_text_job, jobs) if pool else map(_text_job, jobs)
-        for (name, seed), record in iterator:
-            out.setdefault(name, {})[str(seed)] = record
-            bar.update(1)
-    finally:
-        bar.close()
-        if pool:
-            pool.close()
-            pool.join()
-    return out
+    for (name, seed), record in _by_seed(_execute(tasks, desc)).items():
+        out.setdefault(name, {})[str(seed)] = record
+    return {name: out[name] for name in seeds_of}
 
 
 def text_comparisons(args) -> int:
@@ -488,7 +500,7 @@ def text_comparisons(args) -> int:
     if args.steps:   # a smoke test, not the book's data
         settings = {n: replace(r, steps=args.steps, checkpoints=tuple(c for c in r.checkpoints if c < args.steps))
                     for n, r in settings.items()}
-    _TEXT.update(corpus=corpus, settings=settings)
+    _TEXT.update(corpus=corpus, settings=settings, plays=tuple(plan["corpus"]["validation_plays"]))
     design = amendment["design"]
     out_dir = Path(args.text_out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -538,7 +550,7 @@ def text_grid(args) -> int:
             if args.steps:   # a smoke test, not the book's data
                 run_ = replace(run_, steps=args.steps, checkpoints=tuple(c for c in run_.checkpoints if c < args.steps))
             settings[text_results.grid_name(name, factor)] = run_
-    _TEXT.update(corpus=corpus, settings=settings)
+    _TEXT.update(corpus=corpus, settings=settings, plays=tuple(plan["corpus"]["validation_plays"]))
     start = time.perf_counter()
     jobs = [(name, seed) for name in settings for seed in amendment["design"]["comparison_seeds"]]
     lo, k = _shard(args.shard)
@@ -555,8 +567,71 @@ def text_grid(args) -> int:
     return 0
 
 
+def measure_batching(args) -> int:
+    """CPU-seconds per run, the lone loop against one batched model of S seeds (S = 10, 20, 30), on a
+    recall setting (E4's dot at n = 32, its plan budget) and the text model (amendment 1's
+    configuration, ``--steps`` steps, default 200: the cost per step does not depend on the step count);
+    ``time.process_time`` of the whole call (training and evaluations), one thread, this process only.
+    Writes data/experiments/batching.json (``--out``)."""
+    from dataclasses import replace
+
+    from attnref.training import text
+
+    torch.set_num_threads(1)
+    sizes = [int(x) for x in args.batching_sizes.split(",")]
+    lone_seeds = list(range(10_000, 10_000 + args.batching_lone))
+    recall = next(s for s in ex.settings(ex.load_amended_plan(args.plan))["E4"] if s.variant == "dot")
+    recall_run = recall.run(seed=0, lr=3e-3)
+    plan, amendment = ex.load_plan(args.text_plan), ex.load_plan(args.text_amendment)
+    corpus = text.Corpus.load(plan["corpus"]["validation_plays"])
+    text_steps = args.steps or 200
+    text_run = replace(text.text_settings(amendment)["dot"], steps=text_steps, checkpoints=())
+    models = {"recall": (recall_run, lambda r: train(r), lambda r, seeds: batched.train_recall(r, seeds)),
+              "text": (text_run, lambda r: text.train(r, corpus), lambda r, seeds: batched.train_text(r, corpus, seeds))}
+    rows, loads = [], []
+    for name, (run_, lone, many) in models.items():
+        lone(replace(run_, seed=lone_seeds[0], steps=2))                          # warm-up: imports, allocations
+        per = []
+        for seed in lone_seeds:
+            loads.append(os.getloadavg()[0])
+            t = time.process_time()
+            lone(replace(run_, seed=seed))
+            per.append(time.process_time() - t)
+        lone_cpu = statistics.mean(per)
+        for size in sizes:
+            loads.append(os.getloadavg()[0])
+            t = time.process_time()
+            many(run_, list(range(20_000, 20_000 + size)))
+            cpu = (time.process_time() - t) / size
+            rows.append({"model": name, "seeds": size, "steps": run_.steps, "lone_cpu_seconds_per_run": round(lone_cpu, 3),
+                         "lone_runs_measured": len(per), "batched_cpu_seconds_per_run": round(cpu, 3),
+                         "speedup": round(lone_cpu / cpu, 2), "load_average": round(loads[-1], 2)})
+            print(f"{name}: S = {size}: lone {lone_cpu:.2f} CPU-s a run, batched {cpu:.2f} -> {lone_cpu / cpu:.1f}x "
+                  f"(load {loads[-1]:.1f})", flush=True)
+    s4 = recall_run.spec
+    data = {"what": "CPU-seconds per run (time.process_time of the whole call: training and evaluations, one "
+                    "thread), the lone loop (train.train / text.train, mean over lone_runs_measured seeds) against "
+                    "one batched model of S seeds (attnref.training.batched), divided by S",
+            "recall_setting": {"experiment": "E4", "variant": "dot", "group": recall.group, "d": s4.d, "h": s4.h,
+                               "layers": s4.layers, "n": recall_run.n, "batch": recall_run.batch,
+                               "steps": recall_run.steps, "eval_size": recall_run.eval_size},
+            "text_setting": {"source": "data/experiments/text/amendment-1.toml design, setting dot", "d": text_run.spec.d,
+                             "h": text_run.spec.h, "layers": text_run.spec.layers, "context": text_run.context,
+                             "batch": text_run.batch, "steps": text_run.steps, "eval_windows": text_run.eval_windows,
+                             "note": "the cost per step does not depend on the step count: a 2,000-step run costs "
+                                     "about 2000 / steps times these numbers"},
+            "rows": rows, "load_average_min": round(min(loads), 2), "load_average_max": round(max(loads), 2),
+            "cpus": os.cpu_count(), "batched_code_hash": batched.code_hash(), "training_code_hash": training_code_hash(),
+            "torch_version": torch.__version__, "python_version": platform.python_version(),
+            "machine": provenance.machine(), "command": "python tools/run_experiments.py --measure-batching"}
+    path = Path(args.out) / "batching.json" if args.out != str(ROOT / "data" / "experiments") else ROOT / "data" / "experiments" / "batching.json"
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"wrote {path}")
+    return 0
+
+
 def main(argv=None) -> int:
-    global DEVICE
+    global DEVICE, RAY, JOBS, SEED_BATCH, LONE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--only", default="", help="comma-separated experiment IDs (default: all)")
@@ -564,7 +639,19 @@ def main(argv=None) -> int:
     parser.add_argument("--plan", default=str(ex.PLAN))
     parser.add_argument("--steps", type=int, default=None, help="a smoke test: fewer steps (not the book's data)")
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda: where to train (recorded)")
+    parser.add_argument("--ray", default=None, metavar="auto|local|ADDRESS",
+                        help="submit one task per (setting, seed batch) to a Ray cluster (pip install '.[experiments]'); "
+                             "'local' starts a local instance with --jobs CPUs; without it a local process pool trains")
+    parser.add_argument("--seed-batch", type=int, default=0,
+                        help="seeds per batched model (default 0: every seed of a setting in one batch)")
+    parser.add_argument("--lone", action="store_true",
+                        help="train seed by seed with the lone loop (the loop that made the exploratory rounds) "
+                             "instead of one batched model per setting")
     parser.add_argument("--shard", default=None, help="i/k: run the i-th of k shards of the settings")
+    parser.add_argument("--measure-batching", action="store_true",
+                        help="CPU-seconds per run, lone against batched (writes --out/batching.json)")
+    parser.add_argument("--batching-sizes", default="10,20,30", help="the seed counts S of --measure-batching")
+    parser.add_argument("--batching-lone", type=int, default=3, help="lone runs measured per model")
     parser.add_argument("--merge", nargs="+", default=None, help="directories of shard outputs to join into --out")
     parser.add_argument("--pilot", action="store_true", help="the calibration pilot on the plan's pilot seeds")
     parser.add_argument("--recheck", action="store_true",
@@ -590,6 +677,13 @@ def main(argv=None) -> int:
         e, _, group = pair.partition(":")
         args.recheck_skip_groups.setdefault(e.strip().upper(), set()).add(group.strip())
     DEVICE = resolve_device(args.device).type if args.device else "cpu"
+    RAY, JOBS, SEED_BATCH, LONE = args.ray, max(1, args.jobs), max(0, args.seed_batch), args.lone
+    if RAY:
+        ray = batched.ray_module()                  # a clear error naming the extra when Ray is missing
+        if __name__ != "__main__":                  # imported (a test): ship this module's functions by value
+            ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    if args.measure_batching:
+        return measure_batching(args)
     if args.merge:
         return merge(args)
     if args.pilot:

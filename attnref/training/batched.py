@@ -105,6 +105,36 @@ class Schedule:
         return asdict(self)
 
 
+class _MemberAdam:
+    """Adam with one learning rate per member (the leading axis of every tensor): torch's own
+    single-tensor Adam step (``torch.optim.adam._single_tensor_adam``, no weight decay, no amsgrad)
+    written out, with the step size ``lr_s / (1 − β₁ᵗ)`` of member ``s`` in place of the scalar one.
+    ``param.addcdiv_(m, denom, value=−step)`` computes ``param + (−step · m) / denom`` elementwise;
+    here ``−step`` is a tensor over the members, in the parameters' dtype, in the same order."""
+
+    def __init__(self, params: list[Tensor], lrs: list[float], betas=(0.9, 0.999), eps: float = 1e-8):
+        self.params, self.lrs, self.betas, self.eps = params, list(lrs), betas, eps
+        self.exp_avg = [torch.zeros_like(p) for p in params]
+        self.exp_avg_sq = [torch.zeros_like(p) for p in params]
+        self.steps = 0
+
+    def step(self) -> None:
+        beta1, beta2 = self.betas
+        self.steps += 1
+        bias_correction1 = 1 - beta1 ** self.steps
+        bias_correction2_sqrt = (1 - beta2 ** self.steps) ** 0.5
+        with torch.no_grad():
+            for p, m, v in zip(self.params, self.exp_avg, self.exp_avg_sq):
+                if p.grad is None:
+                    continue
+                grad = p.grad
+                m.lerp_(grad, 1 - beta1)
+                v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                denom = (v.sqrt() / bias_correction2_sqrt).add_(self.eps)
+                neg = torch.tensor([-lr / bias_correction1 for lr in self.lrs], dtype=p.dtype, device=p.device)
+                p.add_(neg.view(-1, *([1] * (p.dim() - 1))) * m / denom)
+
+
 class _Batch:
     """``S`` lone models stacked on a leading seed axis, one Adam over the stacked tensors.
 
@@ -112,13 +142,16 @@ class _Batch:
     ``backward`` through a vmapped forward: inside ``vmap`` alone a tensor does not report
     ``requires_grad``, and attnref's softmax would then reuse its temporaries in place)."""
 
-    def __init__(self, models: list[torch.nn.Module], lr: float, loss: Callable[..., Tensor]):
+    def __init__(self, models: list[torch.nn.Module], lrs: Sequence[float], loss: Callable[..., Tensor]):
         self.models = models
         self.base = models[0]          # the structure functional_call runs (its own tensors swapped out)
         params, buffers = stack_module_state(models)
         self.trained = {k: p for k, p in params.items() if p.requires_grad}
         self.frozen = {**{k: p for k, p in params.items() if not p.requires_grad}, **buffers}
-        self.optimizer = torch.optim.Adam(list(self.trained.values()), lr=lr)
+        self.lrs = [float(lr) for lr in lrs]
+        # one rate for every member: torch's Adam itself; a rate per member: _MemberAdam (the same formula)
+        self.optimizer = (torch.optim.Adam(list(self.trained.values()), lr=self.lrs[0]) if len(set(self.lrs)) == 1
+                          else _MemberAdam(list(self.trained.values()), self.lrs))
 
         def one(trained, frozen, inputs, target):
             out = functional_call(self.base, ({**trained, **frozen},), inputs)
@@ -126,12 +159,15 @@ class _Batch:
 
         self._grad = vmap(grad_and_value(one))
 
-    def step(self, inputs: tuple, target: Tensor, lr: float | None) -> Tensor:
-        """One Adam step of every seed on its own batch (``inputs``, ``target``: leading seed axis);
-        returns the seeds' losses ``(S,)`` before the step."""
-        if lr is not None:
-            for group in self.optimizer.param_groups:
-                group["lr"] = lr
+    def step(self, inputs: tuple, target: Tensor, lrs: list[float] | None) -> Tensor:
+        """One Adam step of every member on its own batch (``inputs``, ``target``: leading member axis)
+        at the members' rates ``lrs`` (None: unchanged); returns the members' losses ``(S,)`` before the step."""
+        if lrs is not None:
+            if isinstance(self.optimizer, _MemberAdam):
+                self.optimizer.lrs = list(lrs)
+            else:
+                for group in self.optimizer.param_groups:
+                    group["lr"] = lrs[0]
         trained = {k: p.detach() for k, p in self.trained.items()}
         grads, losses = self._grad(trained, self.frozen, inputs, target)
         for k, p in self.trained.items():
@@ -156,39 +192,49 @@ def _curve(losses: list[float]) -> list:
     return [round(v, 5) if math.isfinite(v) else str(v) for v in curve]
 
 
-def _seeds(seeds: Sequence[int]) -> list[int]:
+def _members(seeds: Sequence[int], lrs: Sequence[float] | None, lr: float) -> tuple[list[int], list[float]]:
+    """The batch's members: (seed, learning rate) pairs, each once."""
     seeds = [int(s) for s in seeds]
     if not seeds:
         raise ValueError("seeds is empty: give at least one seed")
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds has repeats: {seeds} (each seed is one member of the batch)")
-    return seeds
+    lrs = [float(lr)] * len(seeds) if lrs is None else [float(x) for x in lrs]
+    if len(lrs) != len(seeds):
+        raise ValueError(f"lrs has {len(lrs)} learning rates for {len(seeds)} seeds: give one per seed")
+    if not all(math.isfinite(x) and x > 0 for x in lrs):
+        raise ValueError(f"lrs must be positive and finite, got {lrs}")
+    pairs = list(zip(seeds, lrs))
+    if len(set(pairs)) != len(pairs):
+        raise ValueError(f"seeds has repeats at one learning rate: {pairs} (each member is one (seed, lr) pair)")
+    return seeds, lrs
 
 
-def _provenance(seeds, schedule, seconds, cpu_seconds, where) -> dict:
-    return {"seeds": list(seeds), "size": len(seeds), "seconds": round(seconds, 2),
+def _provenance(seeds, lrs, schedule, seconds, cpu_seconds, where) -> dict:
+    return {"seeds": list(seeds), "lrs": list(lrs), "size": len(seeds), "seconds": round(seconds, 2),
             "cpu_seconds": round(cpu_seconds, 2), "code_hash": code_hash(), "device": where.type,
             "schedule": schedule.config()}
 
 
 def train_recall(run: train_module.Run, seeds: Sequence[int], *, schedule: Schedule | None = None,
                  steps: int | None = None, device: str | None = None,
-                 progress: Callable[[int, int], None] | None = None, keep_losses: bool = False) -> list[dict]:
+                 progress: Callable[[int, int], None] | None = None, keep_losses: bool = False,
+                 lrs: Sequence[float] | None = None) -> list[dict]:
     """Train ``run`` (a :class:`~attnref.training.train.Run`; its ``seed`` is ignored) on every seed
     of ``seeds`` as one batched model; returns one record per seed, in the order of ``seeds``, of
     :func:`attnref.training.train.train`'s form (its ``config`` names that seed) with the batch's
     provenance under ``"batched"`` (the seeds, the batch's wall and CPU seconds, this module's
     hash, the schedule); ``seconds`` and ``cpu_seconds`` are the batch's divided by ``S``.
     ``steps``: the first steps only (no evaluations), as ``train``'s; ``keep_losses``: every
-    step's training loss under ``"losses"`` (the tests'; the files keep the curve)."""
-    seeds = _seeds(seeds)
+    step's training loss under ``"losses"`` (the tests'; the files keep the curve); ``lrs``: one
+    learning rate per seed (default ``run.lr`` for all) — a seed may then appear once per rate, so
+    a learning-rate grid on one tuning seed is one batch; each member's ``config`` names its rate."""
+    seeds, lrs = _members(seeds, lrs, run.lr)
     schedule = schedule or Schedule()
     torch.set_num_threads(1)
     where = train_module.resolve_device(device)
-    runs = [replace(run, seed=s) for s in seeds]
+    runs = [replace(run, seed=s, lr=lr) for s, lr in zip(seeds, lrs)]
     models = [RecallModel(r.spec, r.task.keys, r.task.values, r.seed, classes=r.task.classes).to(where)
               for r in runs]
-    batch = _Batch(models, run.lr, torch.nn.functional.cross_entropy)
+    batch = _Batch(models, lrs, torch.nn.functional.cross_entropy)
     gens = [generator(train_module.DATA_SEED_OFFSET + s) for s in seeds]
     total = run.steps if steps is None else min(steps, run.steps)
     losses: list[list[float]] = [[] for _ in seeds]
@@ -200,7 +246,7 @@ def train_recall(run: train_module.Run, seeds: Sequence[int], *, schedule: Sched
             keys, values, query, answer = (torch.stack(t) for t in zip(*((d.keys, d.values, d.query, d.answer)
                                                                           for d in data)))
             loss = batch.step((keys, values, query), answer,
-                              None if schedule.constant else schedule.lr(step, run.lr, total))   # (S,)
+                              None if schedule.constant else [schedule.lr(step, lr, total) for lr in lrs])   # (S,)
             for s, v in enumerate(loss.tolist()):
                 losses[s].append(v)
             if step + 1 in run.checkpoints and steps is None:
@@ -235,29 +281,30 @@ def train_recall(run: train_module.Run, seeds: Sequence[int], *, schedule: Sched
             record["schedule"] = schedule.config()
         if keep_losses:
             record["losses"] = losses[s]
-        record["batched"] = _provenance(seeds, schedule, seconds, cpu_seconds, where)
+        record["batched"] = _provenance(seeds, lrs, schedule, seconds, cpu_seconds, where)
         records.append(record)
     return records
 
 
 def train_text(run: text_module.TextRun, corpus: text_module.Corpus, seeds: Sequence[int], *,
                schedule: Schedule | None = None, steps: int | None = None, device: str | None = None,
-               progress: Callable[[int, int], None] | None = None, keep_losses: bool = False) -> list[dict]:
+               progress: Callable[[int, int], None] | None = None, keep_losses: bool = False,
+                 lrs: Sequence[float] | None = None) -> list[dict]:
     """Train the text run ``run`` (a :class:`~attnref.training.text.TextRun`; its ``seed`` is
     ignored) on every seed of ``seeds`` as one batched model; one record per seed of
     :func:`attnref.training.text.train`'s form — ``val_loss`` at the end, ``checkpoints``
     ``{step: {"val_loss": …, "attention": …}}`` at each of ``run.checkpoints`` — with the batch's
     provenance under ``"batched"``."""
-    seeds = _seeds(seeds)
+    seeds, lrs = _members(seeds, lrs, run.lr)
     schedule = schedule or Schedule()
     torch.set_num_threads(1)
     where = train_module.resolve_device(device)
-    runs = [replace(run, seed=s) for s in seeds]
+    runs = [replace(run, seed=s, lr=lr) for s, lr in zip(seeds, lrs)]
     models = [text_module.TextModel(r.spec, corpus.vocab, r.context, r.seed).to(where) for r in runs]
     def loss_of(logits, y):
         return torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
 
-    batch = _Batch(models, run.lr, loss_of)
+    batch = _Batch(models, lrs, loss_of)
     gens = [torch.Generator().manual_seed(text_module.DATA_SEED_OFFSET + s) for s in seeds]
     total = run.steps if steps is None else min(steps, run.steps)
     losses: list[list[float]] = [[] for _ in seeds]
@@ -269,7 +316,7 @@ def train_text(run: text_module.TextRun, corpus: text_module.Corpus, seeds: Sequ
             pairs = [text_module.windows(corpus.train, run.batch, run.context, g) for g in gens]
             x = torch.stack([p[0] for p in pairs]).to(where)
             y = torch.stack([p[1] for p in pairs]).to(where)
-            loss = batch.step((x,), y, None if schedule.constant else schedule.lr(step, run.lr, total))   # (S,)
+            loss = batch.step((x,), y, None if schedule.constant else [schedule.lr(step, lr, total) for lr in lrs])   # (S,)
             for s, v in enumerate(loss.tolist()):
                 losses[s].append(v)
             if step + 1 in run.checkpoints and steps is None:
@@ -300,7 +347,7 @@ def train_text(run: text_module.TextRun, corpus: text_module.Corpus, seeds: Sequ
             record["schedule"] = schedule.config()
         if keep_losses:
             record["losses"] = losses[s]
-        record["batched"] = _provenance(seeds, schedule, seconds, cpu_seconds, where)
+        record["batched"] = _provenance(seeds, lrs, schedule, seconds, cpu_seconds, where)
         records.append(record)
     return records
 
@@ -322,6 +369,7 @@ class Task:
     plays: tuple[str, ...] = ()
     steps: int | None = None
     lone: bool = False
+    lrs: tuple[float, ...] | None = None      # one learning rate per seed (None: run.lr for every seed)
 
     @property
     def is_text(self) -> bool:
@@ -350,17 +398,19 @@ def run_task(task: Task, device: str | None = None) -> tuple[object, list[dict]]
     if task.lone and not task.schedule.constant:
         raise ValueError(f"task {task.key!r}: the lone loops have a constant learning rate; "
                          f"a Schedule needs the batched trainer (lone=False)")
+    lrs = task.lrs if task.lrs is not None else (task.run.lr,) * len(task.seeds)
     if task.is_text:
         corpus = corpus_of(task.plays)
         if task.lone:
-            return task.key, [text_module.train(replace(task.run, seed=s), corpus, steps=task.steps, device=device)
-                              for s in task.seeds]
+            return task.key, [text_module.train(replace(task.run, seed=s, lr=lr), corpus, steps=task.steps, device=device)
+                              for s, lr in zip(task.seeds, lrs)]
         return task.key, train_text(task.run, corpus, task.seeds, schedule=task.schedule, steps=task.steps,
-                                    device=device)
+                                    device=device, lrs=task.lrs)
     if task.lone:
-        return task.key, [train_module.train(replace(task.run, seed=s), steps=task.steps, device=device)
-                          for s in task.seeds]
-    return task.key, train_recall(task.run, task.seeds, schedule=task.schedule, steps=task.steps, device=device)
+        return task.key, [train_module.train(replace(task.run, seed=s, lr=lr), steps=task.steps, device=device)
+                          for s, lr in zip(task.seeds, lrs)]
+    return task.key, train_recall(task.run, task.seeds, schedule=task.schedule, steps=task.steps, device=device,
+                                  lrs=task.lrs)
 
 
 def _run_task_on(args):
