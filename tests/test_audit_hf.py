@@ -474,3 +474,22 @@ def test_the_memory_section_of_the_page_is_the_measurement():
     assert 0.9e9 <= big["parameters"] <= 1.3e9 and big["ratio_to_expected"] <= 2
     assert big["audit"]["peak_rss_gib"] < big["whole"]["peak_rss_gib"]
     assert data["extrapolation_7b"]["the book's 64 texts"]["audit_peak_rss_gib"] < data["extrapolation_7b"]["goal_gib"]
+
+
+def test_a_nan_in_the_weights_is_one_line(tmp_path, capsys):
+    """A NaN in a block's weights: attnref's input checks refuse it in the block-by-block pass, and the
+    audit says so in one line (exit status 2), not with a traceback."""
+    from safetensors.torch import load_file, save_file
+    t = transformers
+    torch.manual_seed(1)
+    folder = tmp_path / "nan"
+    t.LlamaForCausalLM(t.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+                                     num_attention_heads=4, num_key_value_heads=2)).save_pretrained(folder)
+    _tokenizer(folder, encoder=False)
+    tensors = load_file(str(folder / "model.safetensors"))
+    tensors["model.layers.1.mlp.up_proj.weight"][0, 0] = float("nan")
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    capsys.readouterr()                                                   # save_pretrained's progress bar
+    code = main([str(folder), "--texts", str(_texts(tmp_path)), "--out", str(tmp_path / "r"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "could not be run" in err, err

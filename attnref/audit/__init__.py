@@ -100,18 +100,22 @@ def audit(path: str | Path, texts: list[str] | None = None, out: str | Path = "a
     model = family.load(path, config, dtype=torch_dtype, device=torch_device)
     ids = rechecks.check_texts(model, texts)
     joined = model.tokenize(" ".join(texts))[: min(rechecks.HULL_TOKENS, model.context)]
-    if model.prepare is not None:
-        model.prepare(ids + [joined])
+    layerwise = getattr(model, "layerwise", None)
     bar = None
     if progress:
         try:
             from tqdm import tqdm
-            steps = len(ids) + (model.layers if model.attention_branch is not None else 0)
+            steps = (len(ids) + (model.layers if model.attention_branch is not None else 0)
+                     + (model.layers if layerwise is not None else 0))
             bar = tqdm(total=steps, desc=f"audit {model.name}", unit="step")
         except ImportError:
             bar = None
+    if layerwise is not None and bar is not None:
+        layerwise.progress = bar.update                  # one step per block of the pass over the texts
     try:
         with torch.no_grad():          # attnref's input checks stay on: a NaN in the weights is refused
+            if model.prepare is not None:
+                model.prepare(ids + [joined])
             sums = rechecks.collect(model, ids, progress=None if bar is None else bar.update)
             paths = None if model.attention_branch is None else \
                 rechecks.attention_paths(model, sums.first, progress=None if bar is None else bar.update)
@@ -126,7 +130,6 @@ def audit(path: str | Path, texts: list[str] | None = None, out: str | Path = "a
     hashes = {f.name: file_hash(f) for f in model.files}
     precision = str(torch_dtype).replace("torch.", "")
     half = torch_dtype in (torch.bfloat16, torch.float16)
-    layerwise = getattr(model, "layerwise", None)
     result = {
         "schema": REPORT_VERSION,
         "model": {"name": model.name, "family": family.name, "path": path.name,

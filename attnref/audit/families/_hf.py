@@ -371,6 +371,7 @@ class Layerwise:
         self.device = torch.device(device or "cpu")
         self.runs: dict[tuple[int, ...], Run] = {}
         self.seconds_per_block: list[float] = []
+        self.progress = None                   # called with 1 after each block of prepare (the audit's bar)
 
     def embed(self, all_ids: list[list[int]]) -> list[Tensor]:
         rows = sorted({i for ids in all_ids for i in ids})
@@ -411,6 +412,8 @@ class Layerwise:
                 weights[s].append(w[s].cpu())
             del W
             self.seconds_per_block.append(time.perf_counter() - started)
+            if self.progress is not None:
+                self.progress(1)
         group = self.spec.h // self.spec.h_kv
         for s, ids in enumerate(todo):
             self.runs[tuple(ids)] = Run(hidden=hidden[s], queries=queries[s],
