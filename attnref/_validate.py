@@ -179,6 +179,12 @@ def all_finite(x: Tensor) -> bool:
 
 def same_dtype(**tensors: Tensor | None) -> torch.dtype:
     """All given tensors share one dtype (and one device); return the dtype."""
+    values = [v for v in tensors.values() if v is not None]
+    if values:                                   # the common case in one pass, no message built
+        first = values[0]
+        dtype, device = first.dtype, first.device
+        if all(v.dtype == dtype and v.device == device for v in values):
+            return dtype
     present = {k: v for k, v in tensors.items() if v is not None}
     dtypes = {v.dtype for v in present.values()}
     if len(dtypes) > 1:
@@ -218,6 +224,9 @@ def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
 
 def batch_compatible(names: tuple[str, ...], tensors: tuple[Tensor, ...], trailing: int = 2) -> None:
     """The leading (batch) dimensions of the tensors must broadcast together."""
+    first = tensors[0].shape[:-trailing]
+    if all(t.shape[:-trailing] == first for t in tensors):      # equal batch axes: nothing to broadcast
+        return
     if broadcast_shapes(*(tuple(t.shape[:-trailing]) for t in tensors)) is None:
         listing = ", ".join(f"{n} {shape_of(t)}" for n, t in zip(names, tensors))
         raise ValueError(f"batch dimensions do not broadcast: {listing}")

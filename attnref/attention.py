@@ -82,13 +82,13 @@ def _softmax(logits: Tensor, dim: int, *, overwrite: bool = False) -> Tensor:
     if logits.shape[dim] == 0:
         return logits * 1.0                                       # m = 0: the empty distribution
     in_place = overwrite and _reusable(logits)
-    row_max = logits.amax(dim=dim, keepdim=True)
-    # A fully masked row has max -inf; shift it by 0 instead so that no -inf - -inf = NaN appears.
-    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+    # A fully masked row has max -inf; shift it by 0 instead so that no -inf - -inf = NaN appears
+    # (nan_to_num is where(isfinite(max), max, 0) in one operation, its gradient too).
+    row_max = torch.nan_to_num(logits.amax(dim=dim, keepdim=True), nan=0.0, posinf=0.0, neginf=0.0)
     shifted = logits.sub_(row_max) if in_place else logits - row_max   # every entry ≤ 0 (or -inf)
     exps = shifted.exp_() if in_place else torch.exp(shifted)
-    normaliser = exps.sum(dim=dim, keepdim=True)                  # ≥ 1 unless the row is fully masked
-    normaliser = torch.where(normaliser > 0, normaliser, torch.ones_like(normaliser))
+    # ≥ 1 (the row's largest entry gives e^0 = 1) unless the row is fully masked (0): 0 becomes 1
+    normaliser = exps.sum(dim=dim, keepdim=True).clamp_min(1.0)
     return exps.div_(normaliser) if in_place else exps / normaliser
 
 
@@ -176,13 +176,27 @@ def _content_mask(shape: tuple[int, ...], dtype: torch.dtype, device: torch.devi
 STRUCTURE_CHUNK = 2 ** 18
 
 
+#: Causal/window masks of at most this many booleans are kept, by shape, for the next call (a few
+#: KiB each; building one costs more than applying it at the sizes of a per-call measurement).
+SMALL_STRUCTURE = 2 ** 14
+_small_structures: dict[tuple, Tensor] = {}
+
+
 def _hide_structure(scores: Tensor, causal: bool, window: int | None) -> Tensor:
     """``scores`` (attnref's own temporary) with the pairs hidden by ``causal`` (``j > i``) or a
     sliding ``window`` (``j ≤ i − window``) set to ``-inf`` in place, a block of rows at a time:
-    no ``(n, m)`` mask is built."""
+    no ``(n, m)`` mask is built (below :data:`SMALL_STRUCTURE` pairs the mask is built once per shape)."""
     if not causal and window is None:
         return scores
     n, m = scores.shape[-2], scores.shape[-1]
+    if n * m <= SMALL_STRUCTURE:
+        key = (n, m, bool(causal), window, scores.device)
+        hidden = _small_structures.get(key)
+        if hidden is None:
+            hidden = blockwise.hidden_mask((0, n), (0, m), causal, window, scores.device)   # (n, m)
+            if len(_small_structures) < 256:
+                _small_structures[key] = hidden
+        return scores.masked_fill_(hidden, float("-inf"))
     rows = max(1, STRUCTURE_CHUNK // max(1, m))
     for r0 in range(0, n, rows):
         r1 = min(n, r0 + rows)
@@ -301,15 +315,23 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, *,
                          "the default scale 1/√d_k is undefined (pass scale=...)")
     if scale is not None:
         scale = check.real_number("scale", scale)
-    full_mask = _content_mask(scores_shape(query, key), query.dtype, query.device, mask, key_mask, causal,
-                              "key", key, window)
+    if mask is None and key_mask is None:            # nothing to combine: only the settings to check
+        check.boolean("causal", causal)
+        if window is not None:
+            check.positive_int("window", window)
+        full_mask = None
+    else:
+        full_mask = _content_mask(scores_shape(query, key), query.dtype, query.device, mask, key_mask, causal,
+                                  "key", key, window)
     scale = 1.0 / math.sqrt(d_k) if scale is None else scale
     dtype = query.dtype
-    query, key, value = _upcast(query, key, value)   # float16/bfloat16 -> float32
+    half = dtype in check.HALF_PRECISION
+    if half:
+        query, key, value = _upcast(query, key, value)   # float16/bfloat16 -> float32
     if not need_weights and _blockwise_applies(query, key, full_mask, scale):
         output = blockwise.blockwise_attention(query, key, value, scale=scale, mask=full_mask, causal=causal,
                                                window=window)   # (..., n, d_v), no (n, m) tensor
-        return AttentionResult(output.to(dtype), None)
+        return AttentionResult(output.to(dtype) if half else output, None)
     scores = query @ key.transpose(-2, -1)   # (..., n, d_k) @ (..., d_k, m) -> (..., n, m)
     scores = scores.mul_(scale) if _reusable(scores) else scores * scale   # divide by √d_k
     _finite_scores(scores, lambda: f"the scores query @ keyᵀ · scale (query {check.shape_of(query)}, "
@@ -317,6 +339,8 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, *,
     weights = _softmax_of_masked(scores, full_mask, "the scores query @ keyᵀ · scale", overwrite=True,
                                  causal=causal, window=window)   # (..., n, m), in the scores' memory
     output = weights @ value                 # (..., n, m) @ (..., m, d_v) -> (..., n, d_v)
+    if not half:
+        return AttentionResult(output, weights if need_weights else None)
     return AttentionResult(output.to(dtype), weights.to(dtype) if need_weights else None)
 
 

@@ -226,6 +226,8 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, scale: float, batch_shape: tuple[i
     B, n, _ = q.shape
     m, d_v = v.shape[1], v.shape[2]
     steps = plan(n, m, block, causal, window).steps
+    if len(steps) == 1 and steps[0][2:] == (0, n):
+        return _one_step(q, k, v, scale, batch_shape, mask, causal, window, steps[0], log_sum_exp)
     accumulator = q.new_zeros(B, n, d_v)                   # a_i: Σ_j e^{s_ij − m_i} v_j
     row_max = q.new_full((B, n, 1), float("-inf"))         # m_i: the largest score seen so far
     row_sum = q.new_zeros(B, n, 1)                         # ℓ_i: Σ_j e^{s_ij − m_i}
@@ -251,6 +253,28 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, scale: float, batch_shape: tuple[i
         return output, None
     return output, torch.where(empty, torch.full_like(row_sum, float("-inf")),
                                _finite_shift(row_max) + torch.log(row_sum))            # L_i = m_i + log ℓ_i
+
+
+def _one_step(q: Tensor, k: Tensor, v: Tensor, scale: float, batch_shape: tuple[int, ...], mask: Tensor | None,
+              causal: bool, window: int | None, step: tuple[int, int, int, int],
+              log_sum_exp: bool) -> tuple[Tensor, Tensor | None]:
+    """:func:`_forward` when one block holds every key and every row: the loop's first step without
+    the rescale of the empty start (``α = e^{−∞} = 0`` times ``ℓ = a = 0``), the same numbers bit for
+    bit (``0 · 0 + x = x``; the product onto a zero accumulator is the plain product) and about half
+    the operations — what a small call costs."""
+    tile = _scores_tile(q, k, scale, step, q.new_empty(q.shape[0] * q.shape[1] * k.shape[1]), batch_shape, mask,
+                        causal, window)                                  # s_ij: (B, n, m)
+    row_max = tile.amax(dim=-1, keepdim=True)                             # m_i
+    shift = row_max if mask is None else _finite_shift(row_max)
+    probabilities = tile.sub_(shift).exp_()                               # p_ij = e^{s_ij − m_i}
+    row_sum = probabilities.sum(dim=-1, keepdim=True)                     # ℓ_i
+    output = torch.bmm(probabilities, v[:, step[0]:step[1]])              # a_i: (B, n, cols) @ (B, cols, d_v)
+    empty = row_sum == 0                                                  # every key masked
+    output = output.div_(torch.where(empty, torch.ones_like(row_sum), row_sum))   # y_i = a_i / ℓ_i
+    if not log_sum_exp:
+        return output, None
+    return output, torch.where(empty, torch.full_like(row_sum, float("-inf")),
+                               _finite_shift(row_max) + torch.log(row_sum))
 
 
 def _backward(q: Tensor, k: Tensor, v: Tensor, scale: float, output: Tensor, log_sum_exp: Tensor,
