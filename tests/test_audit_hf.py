@@ -493,3 +493,30 @@ def test_a_nan_in_the_weights_is_one_line(tmp_path, capsys):
     code = main([str(folder), "--texts", str(_texts(tmp_path)), "--out", str(tmp_path / "r"), "--quiet"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "could not be run" in err, err
+
+
+def test_d1_rule_on_known_curves_below_and_at_three_blocks():
+    """The rule alone, on curves that collapse geometrically with an accelerating control (what holds
+    under "no skip connections" at any depth from 3 on): with 2 blocks the old rule compared "layers
+    3–2" with "layers 1–1" and gave *holds under conditions* (checked against the rule before the fix);
+    now 1 or 2 blocks give *not established*, with the reason as the one failing check."""
+    from attnref.analysis.stats import Interval
+    from attnref.book import claims
+
+    def verdict(L: int):
+        layers = torch.arange(L + 1, dtype=torch.float64)
+        pure, free = torch.exp(-5.0 * layers), torch.exp(-0.05 * (3.0 if L < 10 else 1.15) ** layers)
+        last = lambda x: Interval(float(x), float(x) * 0.9, float(x) * 1.1, "bootstrap (asymptotic)", 0.05, 2000, float(x) * 0.05)
+        enough = L >= rechecks.D1_MIN_BLOCKS
+        m = {"D1": {"stream_last": last(0.8), "pure_last": last(pure[-1]), "free_last": float(free[-1]),
+                    "rate_ratio": float(rechecks.rate_ratio(pure)) if enough else None,
+                    "free_rate_ratio": float(rechecks.rate_ratio(free)) if enough else None,
+                    "early_layers": [L // 6 + 1, L // 2], "late_layers": [L - L // 3 + 1, L], "layers": L}}
+        evidence = rechecks._Recheck("D1", "test model")
+        rechecks.record(evidence, m)
+        return claims.decide(evidence.checks), evidence.checks
+    for L in (1, 2):
+        decided, checks = verdict(L)
+        assert decided == claims.NOT_ESTABLISHED and [c.passed for c in checks] == [False], L
+        assert "at least 3 blocks" in checks[0].name
+    assert verdict(3)[0] == claims.CONDITIONS and verdict(30)[0] == claims.CONDITIONS
