@@ -376,3 +376,27 @@ def test_blockwise_float32_within_the_bound_for_any_scale(scale):
     sigma = scale * float(q.double().norm(dim=-1).max() * k.double().norm(dim=-1).max())
     bound = blockwise.round_off_coefficient(48, sigma, block, T, scale=scale) * U32 * (weights @ v.double().abs())
     assert bool(((got - exact).abs() <= bound).all())
+
+
+def test_the_single_tile_shortcut_gives_the_loop_s_numbers_bit_for_bit():
+    """One block holding every key and row skips the loop's rescale of the empty start (issue 46
+    item 7, per-call overhead): the same outputs and log-sum-exps, bit for bit, as the loop itself
+    (a copy of the module without the shortcut). fails_if: the shortcut drops a mask, the fully
+    masked rows' zero output, or rounds differently."""
+    loop_only = mutant("if len(steps) == 1 and steps[0][2:] == (0, n):", "if False:")
+    generator = torch.Generator().manual_seed(15)
+    for dtype in (torch.float32, torch.float64):
+        for n, m in ((16, 16), (7, 5), (3, 9)):
+            q = torch.randn(2, n, 8, generator=generator, dtype=dtype)
+            k = torch.randn(2, m, 8, generator=generator, dtype=dtype)
+            v = torch.randn(2, m, 4, generator=generator, dtype=dtype)
+            key_mask = torch.rand(2, 1, m, generator=generator) > 0.4
+            key_mask[0] = False                                   # a batch element with every key masked
+            for kwargs in ({}, {"causal": True}, {"mask": key_mask}, {"window": 2},
+                           {"mask": torch.randn(n, m, generator=generator, dtype=dtype), "causal": True}):
+                ours = blockwise.blockwise_attention(q, k, v, scale=0.3, return_log_sum_exp=True, **kwargs)
+                loop = loop_only.blockwise_attention(q, k, v, scale=0.3, return_log_sum_exp=True, **kwargs)
+                assert blockwise.plan(n, m, blockwise.default_block(2, n, m, 4), kwargs.get("causal", False),
+                                      kwargs.get("window")).steps.__len__() == 1
+                for a, b in zip(ours, loop):
+                    assert torch.equal(a, b), (dtype, n, m, sorted(kwargs))
