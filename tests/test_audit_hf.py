@@ -57,7 +57,8 @@ def _config(family: str):
     small = dict(vocab_size=VOCAB, hidden_size=48, intermediate_size=80, num_hidden_layers=3, num_attention_heads=4,
                  num_key_value_heads=2, max_position_embeddings=256)
     if family == "llama":
-        return t.LlamaConfig(**small, attention_bias=True, rope_theta=500.0), t.LlamaForCausalLM
+        return t.LlamaConfig(**small, attention_bias=True, rope_theta=500.0,
+                             rope_scaling={"rope_type": "linear", "factor": 2.0}), t.LlamaForCausalLM
     if family == "mistral":
         return t.MistralConfig(**small, sliding_window=5), t.MistralForCausalLM
     if family == "qwen2":
