@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnref.analysis import diff_attention, ffn_memory, hull
+from attnref.analysis import diff_attention, ffn_memory, hull, norms
 
 import notebook_sections                     # tests/notebook_sections.py
 from notebook_sections import assert_caught, with_nan
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = "10-ffn-memory.ipynb"
-CLAIM_IDS = ["K1", "K2", "K3", "W1", "W2", "W3", "W4"]
+CLAIM_IDS = ["K1", "K2", "K3", "W1", "W2", "W3", "W4", "N1", "N2", "N3", "N4"]
 
 
 def run_section(claim_id, replace=None, namespace=None):
@@ -258,6 +258,67 @@ def test_w4_a_null_key_with_a_value_is_caught(monkeypatch):
     monkeypatch.setattr(diff_attention, "with_null_key", mutant)
     verdict, checks = run_section("W4")
     assert_caught("W4", verdict, checks, "softmax₁ attention − attention over a zero key")
+
+
+# --- N1–N4 ----------------------------------------------------------------------------------------
+
+def test_n1_batchnorm_with_per_sequence_statistics_is_caught(monkeypatch):
+    def mutant(x, eps=1e-5, key_mask=None):
+        return (x - x.mean(1, keepdim=True)) / torch.sqrt(x.var(1, unbiased=False, keepdim=True) + eps)
+    monkeypatch.setattr(norms, "batch_norm_tokens", mutant)
+    verdict, checks = run_section("N1")
+    assert_caught("N1", verdict, checks, "batch_norm_tokens − torch")
+
+
+def test_n1_a_key_mask_that_is_ignored_is_caught(monkeypatch):
+    original = norms.batch_norm_tokens
+    monkeypatch.setattr(norms, "batch_norm_tokens", lambda x, eps=1e-5, key_mask=None: original(x, eps))
+    verdict, checks = run_section("N1")
+    assert_caught("N1", verdict, checks, "key mask")
+
+
+def test_n2_a_biased_running_variance_is_caught(monkeypatch):
+    def mutant(batches, momentum=0.1):
+        mean = torch.zeros(batches[0].shape[-1], dtype=batches[0].dtype)
+        var = torch.ones_like(mean)
+        for batch in batches:
+            mean = (1 - momentum) * mean + momentum * batch.mean(0)
+            var = (1 - momentum) * var + momentum * batch.var(0, unbiased=False)
+        return mean, var
+    monkeypatch.setattr(norms, "running_statistics", mutant)
+    verdict, checks = run_section("N2")
+    assert_caught("N2", verdict, checks, "running mean and variance")
+
+
+def test_n3_attention_without_its_causal_mask_is_caught(monkeypatch):
+    from attnref.attention import scaled_dot_product_attention
+    from attnref.decoder import rms_norm
+
+    def mutant(x, norm, eps=1e-5):
+        y = scaled_dot_product_attention(x, x, x).output                 # the mask forgotten
+        if norm == "batch":
+            return norms.batch_norm_tokens(y, eps)
+        if norm == "layer":
+            return torch.nn.functional.layer_norm(y, y.shape[-1:], eps=eps)
+        return rms_norm(y, eps=eps)
+    monkeypatch.setattr(norms, "causal_block", mutant)
+    verdict, checks = run_section("N3")
+    assert_caught("N3", verdict, checks, "LayerNorm and RMSNorm behind causal attention")
+
+
+def test_n4_a_gap_against_a_shifted_layernorm_is_caught(monkeypatch):
+    original = norms.centring_gap
+    monkeypatch.setattr(norms, "centring_gap", lambda x, eps=1e-6: original(x + 0.5, eps))
+    verdict, checks = run_section("N4")
+    assert_caught("N4", verdict, checks, "measured gap − √(2 − 2√(1 − ρ²))")
+
+
+def test_n4_stored_gaps_that_do_not_fit_the_formula_are_caught(monkeypatch):
+    def wrong(data):
+        data["gemma3_gap"] = data["gemma3_gap"] * 1.1
+    monkeypatch.setattr(ffn_memory, "load", _load_with(wrong))
+    verdict, checks = run_section("N4")
+    assert_caught("N4", verdict, checks, "Gemma 3: |measured gap − formula")
 
 
 # --- K3: the stored numbers still match the code and the models ------------------------------------

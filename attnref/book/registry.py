@@ -154,6 +154,10 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
     _C("W2", "sink-cancels", 10, r"A sink that both maps of a differential head share cancels in $A_1 - \lambda A_2$: on the sink blocks of SmolLM2 and Gemma 3, two heads of one block with one $\lambda$ keep at most a quarter of the sink's weight.", HOLDS),
     _C("W3", "outside-hull", 10, r"A differential head's output can leave the convex hull of its value vectors (M7 needs non-negative weights summing to one).", HOLDS),
     _C("W4", "null-slot", 10, r"A softmax with a null slot, $e^{s_j}/(1 + \sum_l e^{s_l})$, is attention over one extra zero key with a zero value: its weights sum to less than one, and a head can attend to nothing.", HOLDS),
+    _C("N1", "batchnorm-batch", 10, "With BatchNorm a token's output depends on the other sequences of its batch and on padding; with LayerNorm or RMSNorm it does not.", HOLDS),
+    _C("N2", "batchnorm-modes", 10, "BatchNorm computes a different function in evaluation (running statistics) than in training (the batch's statistics).", HOLDS),
+    _C("N3", "batchnorm-future", 10, "Behind causal attention, a norm with statistics over the batch's tokens (BatchNorm) leaks later positions into earlier outputs; LayerNorm and RMSNorm do not.", HOLDS),
+    _C("N4", "rmsnorm-centring", 10, r"RMSNorm is LayerNorm without the centring: both map a token to norm $\sqrt d$ and neither is linear (C6's premise and L2 alike), and they differ by $\sqrt{2 - 2\sqrt{1-\rho^2}}$ of the norm, $\rho$ the token's mean over its root mean square.", HOLDS),
 ]}
 
 @dataclass(frozen=True)
