@@ -24,7 +24,7 @@ pytest.importorskip("safetensors")
 tokenizers = pytest.importorskip("tokenizers")
 
 from attnref.analysis.texts import SENTENCES  # noqa: E402
-from attnref.audit import AuditError, audit, rechecks  # noqa: E402
+from attnref.audit import audit, rechecks  # noqa: E402
 from attnref.audit.cli import main  # noqa: E402
 from attnref.audit.families import detect, supported  # noqa: E402
 
