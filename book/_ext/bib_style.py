@@ -7,11 +7,16 @@ garbles accented names (``[VelivckovicCC+18]``). This extension registers the py
 2019" (accents decoded from LaTeX, a/b suffixes for equal labels), sorted by author, year and
 title. ``_config.yml`` selects it with ``bibtex_default_style: authoryear``. Title words whose
 capitals matter are protected with braces in ``references.bib`` ({Lipschitz}).
+
+A formula in a title (Rabe and Staats, "Self-attention Does Not Need {$O(n^2)$} Memory") is
+written as text, ``O(n²)``: the bibliography is not typeset by MathJax, and the page and the PDF
+showed its TeX source, ``$O(n^2)$``.
 """
 
 from __future__ import annotations
 
 import codecs
+import re
 import string
 from collections import Counter
 
@@ -54,9 +59,40 @@ class AuthorYearLabelStyle(BaseLabelStyle):
                 yield label
 
 
+_SUPERSCRIPTS = str.maketrans("0123456789+-=()nijkT", "⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁼⁽⁾ⁿⁱʲᵏᵀ")
+_SUBSCRIPTS = str.maketrans("0123456789+-=()", "₀₁₂₃₄₅₆₇₈₉₊₋₌₍₎")
+_SYMBOLS = {"log": "log", "sqrt": "√", "cdot": "·", "times": "×", "le": "≤", "leq": "≤", "ge": "≥",
+            "geq": "≥", "infty": "∞", "ell": "ℓ", "alpha": "α", "beta": "β", "epsilon": "ε", "sigma": "σ",
+            "to": "→", "approx": "≈", "top": "ᵀ", "mathcal": "", "mathrm": "", "operatorname": "", "text": ""}
+
+
+def _script(chars: str, table: dict) -> str:
+    mapped = chars.translate(table)
+    if not set(mapped) & set(chars):
+        return mapped
+    return ("^" if table is _SUPERSCRIPTS else "_") + (chars if len(chars) == 1 else f"({chars})")
+
+
+def math_as_text(title: str) -> str:
+    """A title's ``$…$`` formulas as plain text: ``{$O(n^2)$}`` -> ``{O(n²)}`` (braces kept: they
+    protect the case)."""
+    def one(tex: str) -> str:
+        tex = re.sub(r"\\([A-Za-z]+)\s*", lambda m: _SYMBOLS.get(m[1], m[1]), tex)
+        tex = re.sub(r"\^\s*(?:\{([^{}]*)\}|(\w))", lambda m: _script(m[1] or m[2], _SUPERSCRIPTS), tex)
+        tex = re.sub(r"_\s*(?:\{([^{}]*)\}|(\w))", lambda m: _script(m[1] or m[2], _SUBSCRIPTS), tex)
+        return tex.replace("{", "").replace("}", "")
+    return re.sub(r"\$([^$]*)\$", lambda m: one(m[1]), title)
+
+
 class AuthorYearStyle(UnsrtStyle):
     default_label_style = "authoryear"
     default_sorting_style = "author_year_title"
+
+    def format_entry(self, label, entry, bib_data=None):
+        title = entry.fields.get("title")
+        if title and "$" in title:
+            entry.fields["title"] = math_as_text(title)
+        return super().format_entry(label, entry, bib_data=bib_data)
 
 
 register_plugin("pybtex.style.labels", "authoryear", AuthorYearLabelStyle)

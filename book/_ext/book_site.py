@@ -17,6 +17,8 @@
   ``book.js``.)
 * The browser tab's title is plain text: a title with math (chapter 4's ``\\sqrt{d_k}``) shows
   its symbols (``√d_k``), not its TeX source.
+* A formula that reached a page as text (a value glued from a notebook, ``$d_k = 16$``) is made
+  a formula (:func:`stray_math`).
 * Page weight: folded code is not syntax-highlighted (:func:`plain_folded_code`) and a notebook's
   figures load lazily (:func:`lazy_figures`).
 * The ``{downloads}`` directive lists the files that ``make bundle`` and ``make pdf`` put in
@@ -88,14 +90,39 @@ ANSWERS_YML = ROOT / "book" / "_data" / "answers.yml"
 SCORER_TEMPLATE = Path(__file__).resolve().parent / "search_scorer.js"
 
 
+#: The key terms of each source thread (../shared/seeds), in its readers' words: the search page
+#: matches a query against a card's question, its "search" words and these (a reader asking about
+#: ResNets asks seed 001's question, not seed 000's). Variants of spelling (multihead, feedforward,
+#: cosine distance ...) need no entry: search_scorer.js reads them in the book's spelling.
+THREAD_TERMS = {
+    "activation-after-projections": "nonlinear activation function on the projected query key value; "
+                                    "only linear transformations; additive attention; graph attention; "
+                                    "tanh or relu on q k v",
+    "activation-after-residual": "activation after the multi-head attention layer and the residual "
+                                 "connections; add & norm; resnet residual block; no relu or nonlinearity "
+                                 "between two linear layers; pre-activation; batch norm; conv",
+    "attention-vs-linear-layer": "attention layer versus an MLP, feed-forward or dense layer; both outputs are "
+                                 "weighted sums of the previous layer; context of the other word vectors; "
+                                 "how are they different",
+    "cosine-vs-dot": "cosine distance versus dot-product attention; content-based attention; alignment score; "
+                     "differ only by a factor, the norm of the key; scaled dot product; divide by a constant; "
+                     "vanishing gradients",
+    "fused-matrix": "one single matrix W instead of the pair W_Q and W_K; product of the query and key "
+                    "projection matrices multiplied together; d_model by d_model; fewer parameters; "
+                    "rank deficient; inefficient to compute",
+}
+
+
 def answer_cards() -> dict[str, str]:
-    """``{"#answer-<id>": "<question as plain text> | <readers' words>"}`` for every short answer."""
+    """``{"#answer-<id>": "<question as plain text> | <readers' words> | <thread's key terms>"}`` for
+    every short answer."""
     import yaml
     threads = (yaml.safe_load(ANSWERS_YML.read_text(encoding="utf-8")) or {}).get("threads") or []
     cards = {}
     for thread in threads:
         question = re.sub(r"\$([^$]*)\$", lambda m: tex_to_text(m[1]), str(thread.get("question", "")))
-        cards[f"#answer-{thread['id']}"] = f"{question} | {thread.get('search', '')}"
+        cards[f"#answer-{thread['id']}"] = " | ".join([question, str(thread.get("search", "")),
+                                                      THREAD_TERMS.get(str(thread["id"]), "")])
     return cards
 
 
@@ -152,12 +179,14 @@ def add_keywords(app: Sphinx, doctree: nodes.document) -> None:
 
 
 #: TeX commands of titles and their plain-text symbols (a title is short: a few suffice).
-TITLE_SYMBOLS = {"cdot": "·", "top": "ᵀ", "times": "×", "le": "≤", "ge": "≥", "alpha": "α", "beta": "β",
+TITLE_SYMBOLS = {"cdot": "·", "top": "ᵀ", "times": "×", "le": "≤", "ge": "≥", "leq": "≤", "geq": "≥",
+                 "to": "→", "approx": "≈", "in": "∈", "infty": "∞", "alpha": "α", "beta": "β",
                  "sigma": "σ", "tau": "τ", "varepsilon": "ε", "epsilon": "ε", "ell": "ℓ"}
 
 
 def tex_to_text(tex: str) -> str:
     """Plain text of a short TeX formula: ``\\sqrt{d_k}`` -> ``√d_k``, ``W_K^\\top`` -> ``W_Kᵀ``."""
+    tex = re.sub(r"\s*\\cdot\s*", "·", tex)
     text = re.sub(r"\\sqrt\s*\{([^{}]*)\}", lambda m: "√" + (m[1] if re.fullmatch(r"[\w]+", m[1]) else f"({m[1]})"), tex)
     text = re.sub(r"\^\s*\{?\\top\}?", "ᵀ", text)
     text = re.sub(r"\\([A-Za-z]+)", lambda m: TITLE_SYMBOLS.get(m[1], "" if m[1] in ("mathrm", "operatorname",
@@ -244,6 +273,53 @@ def lazy_figures(app: Sphinx, doctree: nodes.document, docname: str) -> None:
                 image["loading"] = "lazy"
 
 
+#: ``$…$`` left as text in a page (a value glued from a notebook as text, ``{glue:text}``: chapter
+#: 4's "0 of 256 at $d_k = 16$"): opening and closing dollar next to the formula, as in MyST.
+STRAY_MATH = re.compile(r"(?<![\\$\w])\$([^\s$](?:[^$]*?[^\s$\\])?)\$(?![\w$])")
+NO_MATH_IN = (nodes.literal, nodes.literal_block, nodes.math, nodes.math_block, nodes.raw, nodes.comment,
+              nodes.reference)
+
+
+def stray_math(app: Sphinx, doctree: nodes.document, docname: str) -> None:
+    """TeX that reached a page as text (``$d_k = 16$``) is made a formula, typeset like the others,
+    on the page and in the PDF; text in code, in a formula or in a link is left as it is."""
+    for text in list(doctree.findall(nodes.Text)):
+        parent = text.parent
+        if parent is None or isinstance(parent, NO_MATH_IN) or "$" not in text or not STRAY_MATH.search(text):
+            continue
+        if any(isinstance(a, NO_MATH_IN) for a in _ancestors(parent)):
+            continue
+        pieces, at = [], 0
+        for found in STRAY_MATH.finditer(str(text)):
+            if found.start() > at:
+                pieces.append(nodes.Text(str(text)[at:found.start()]))
+            pieces.append(nodes.math(found[1], found[1]))
+            at = found.end()
+        if at < len(text):
+            pieces.append(nodes.Text(str(text)[at:]))
+        index = parent.index(text)
+        parent.remove(text)
+        for k, piece in enumerate(pieces):
+            parent.insert(index + k, piece)
+
+
+def tex_in_link_text(app: Sphinx, doctree: nodes.document, docname: str) -> None:
+    """A link that takes its text from a title with a formula (``{doc}`` and ``{ref}`` without a
+    text: "9 · Attention without the n \\times m matrix") reads it as plain symbols, "n × m" (Sphinx
+    writes the title's TeX source as the link's text)."""
+    for reference in doctree.findall(nodes.reference):
+        for text in list(reference.findall(nodes.Text)):
+            if "\\" in text and re.search(r"\\[A-Za-z]+", text) and not any(
+                    isinstance(a, (nodes.math, nodes.literal)) for a in _ancestors(text.parent)):
+                text.parent.replace(text, nodes.Text(tex_to_text(str(text))))
+
+
+def _ancestors(node: nodes.Node):
+    while node is not None:
+        yield node
+        node = node.parent
+
+
 def setup(app: Sphinx) -> dict:
     # MathJax (and every other asset) on every page: the sidebar shows chapter titles with math
     # ($\sqrt{d_k}$) on pages that hold no formula themselves, where Sphinx would leave MathJax out.
@@ -259,5 +335,7 @@ def setup(app: Sphinx) -> dict:
     app.connect("doctree-read", add_keywords)
     app.connect("doctree-resolved", plain_folded_code)
     app.connect("doctree-resolved", lazy_figures)
+    app.connect("doctree-resolved", stray_math)
+    app.connect("doctree-resolved", tex_in_link_text)
     app.connect("html-page-context", plain_title, priority=900)   # after sphinx-book-theme's pagetitle
     return {"parallel_read_safe": True, "parallel_write_safe": True}

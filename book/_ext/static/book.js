@@ -10,6 +10,8 @@
 //   sphinx-book-theme 1.3.0) wire only the FIRST .primary-toggle / .secondary-toggle of the page,
 //   which sphinx-book-theme hides, so the visible buttons did nothing after a click
 //   (pydata-sphinx-theme#2451). A click on any other toggle is handed to the wired one.
+// * A link into a page lands on its heading and stays there while formulas and figures above it
+//   take their size (holdTarget).
 // * Math in the search page's results is typeset as the results arrive, and each result's
 //   snippet is read text: formulas as plain symbols (no TeX source), no code cells, no section
 //   headings run together, starting at a word (Sphinx's searchtools.js takes the raw text of the
@@ -76,8 +78,100 @@
         if (scale >= floor) { box.style.fontSize = (100 * scale).toFixed(1) + "%"; }
       }
     }
-    cueScrolling();
-    document.documentElement.dataset.mathFitted = "yes";
+    breakWideInline().then(function () {
+      cueScrolling();
+      document.documentElement.dataset.mathFitted = "yes";
+    });
+  }
+  // An inline formula wider than its line (65 at 360 px, the widest 729 px in a 283 px line) is
+  // broken, as TeX breaks a formula in running text: at its top-level relations (=, ≤, →, ...),
+  // then its top-level + and − and commas, into pieces that wrap like words (class math-broken; a
+  // piece that starts with an operator keeps its spacing, "{}+"). A piece still wider than the
+  // line is typeset smaller to fit, down to MIN_SCALE_PHONE; only one wider than that scrolls.
+  var RELATION = /^(=|<|>|\\(le|leq|ge|geq|ne|neq|approx|to|in|sim|simeq|propto|equiv|mapsto|leftarrow|rightarrow|Rightarrow|Leftrightarrow|iff|ll|gg|subset|subseteq)(?![A-Za-z]))/;
+  function splitTex(tex) {
+    var cuts = [[], []], depth = 0, paren = 0, env = 0, last = "";
+    for (var i = 0; i < tex.length; i++) {
+      var ch = tex[i];
+      if (ch === "\\") {
+        var name = /^\\([A-Za-z]+|.)/.exec(tex.slice(i))[0];
+        if (name === "\\left" || name === "\\begin") { env++; }
+        if (name === "\\right" || name === "\\end") { env--; }
+        if (!depth && !paren && !env && last && RELATION.test(tex.slice(i))) { cuts[0].push(i); }
+        i += name.length - 1;
+        last = name;
+        continue;
+      }
+      if (ch === "{") { depth++; } else if (ch === "}") { depth--; }
+      else if (ch === "(" || ch === "[") { paren++; } else if (ch === ")" || ch === "]") { paren--; }
+      else if (!depth && !paren && !env && last) {
+        if (ch === "=" || ch === "<" || ch === ">") { if (!/[=<>]$/.test(last)) { cuts[0].push(i); } }
+        else if ((ch === "+" || ch === "-") && !/[\^_{(\[,=<>+\-*\/]$|^\\(left|right|le|leq|ge|geq|ne|to|in|approx|cdot|times)$/.test(last)) { cuts[1].push(i); }
+        else if (ch === ",") { cuts[1].push(i + 1); }
+      }
+      if (!/\s/.test(ch)) { last = ch; }
+    }
+    var at = cuts[0].length ? cuts[0].concat(cuts[1]) : cuts[1];
+    at.sort(function (a, b) { return a - b; });
+    var pieces = [], start = 0;
+    at.forEach(function (cut) {
+      if (cut > start && tex.slice(start, cut).trim()) { pieces.push(tex.slice(start, cut).trim()); start = cut; }
+    });
+    pieces.push(tex.slice(start).trim());
+    return pieces.filter(Boolean).map(function (piece) { return /^[=<>+\-\\]/.test(piece) && !/^\\[A-Za-z]+[({]/.test(piece) ? "{}" + piece : piece; });
+  }
+  function lineWidth(el) {
+    var block = el.parentElement;
+    while (block && getComputedStyle(block).display.indexOf("inline") === 0) { block = block.parentElement; }
+    if (!block) { return 0; }
+    var style = getComputedStyle(block);
+    return block.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+  }
+  var INLINE = ".bd-article span.math";
+  function inlineToFit() {
+    return Array.prototype.filter.call(document.querySelectorAll(INLINE), function (span) {
+      if (span.closest(".cell_output, .cell_input, table, .interactive-figure")) { return false; }
+      var box = span.querySelector("mjx-container");
+      return box && box.getBoundingClientRect().width > lineWidth(span) + 1;
+    });
+  }
+  function shrinkToLine(spans) {
+    spans.forEach(function (span) {
+      var box = span.querySelector("mjx-container"), have = lineWidth(span);
+      box.style.fontSize = "";
+      var need = box.getBoundingClientRect().width;
+      if (need > have + 1 && have > 0 && (have - 2) / need >= MIN_SCALE_PHONE) {
+        box.style.fontSize = (100 * (have - 2) / need).toFixed(1) + "%";
+      }
+    });
+  }
+  function breakWideInline() {
+    var wide = inlineToFit();
+    var doc = window.MathJax && MathJax.startup && MathJax.startup.document;
+    if (!wide.length || !doc || !doc.getMathItemsWithin || !MathJax.typesetPromise) {
+      shrinkToLine(wide);
+      return Promise.resolve();
+    }
+    var made = [];
+    wide.forEach(function (span) {
+      var items = doc.getMathItemsWithin(span);
+      if (!items.length || items[0].display) { return; }
+      var pieces = splitTex(items[0].math);
+      if (pieces.length < 2) { return; }
+      var broken = document.createElement("span");
+      broken.className = "math-broken";
+      pieces.forEach(function (piece, k) {
+        if (k) { broken.appendChild(document.createTextNode(" ")); }
+        var part = broken.appendChild(document.createElement("span"));
+        part.className = "math notranslate nohighlight";
+        part.textContent = "\\(" + piece + "\\)";
+      });
+      MathJax.typesetClear([span]);
+      span.replaceWith(broken);
+      made.push(broken);
+    });
+    var done = made.length ? MathJax.typesetPromise(made) : Promise.resolve();
+    return done.then(function () { shrinkToLine(inlineToFit()); }, function () { shrinkToLine(inlineToFit()); });
   }
   // An inline formula wider than its line scrolls (class math-scrolls); a shadow marks each side of
   // a formula's scroll box where part of the formula is out of view. Widths are the formula's
@@ -222,6 +316,43 @@
       return summary;
     };
   }
+  // A link into a page (a search hit, the claims index, an answer's badge) lands on its heading
+  // and stays there while the page above it grows: on a phone the browser scrolled to the target
+  // before MathJax had typeset the formulas and the figures had loaded above it, and the heading
+  // ended 335-673 px down the screen (Chromium's scroll anchoring did not hold it). Until the
+  // reader scrolls, taps, clicks or types, every change of the article's size puts the target
+  // back where the browser first put it (the theme's 64 px below the top).
+  function holdTarget() {
+    var hash = location.hash;
+    if (!hash || hash.length < 2 || !window.ResizeObserver) { return; }
+    var target = null;
+    try { target = document.getElementById(decodeURIComponent(hash.slice(1))); } catch (e) { return; }
+    if (!target) { return; }
+    var article = document.querySelector(".bd-article") || document.body;
+    var held = true, observer = null;
+    var inputs = ["wheel", "touchstart", "pointerdown", "keydown"];
+    function release() {
+      held = false;
+      if (observer) { observer.disconnect(); }
+      inputs.forEach(function (name) { window.removeEventListener(name, release, true); });
+      window.removeEventListener("hashchange", release, true);
+    }
+    function place() {
+      if (!held || location.hash !== hash) { return; }
+      var pad = parseFloat(getComputedStyle(document.documentElement).scrollPaddingTop) || 0;
+      var margin = parseFloat(getComputedStyle(target).scrollMarginTop) || 0;
+      if (Math.abs(target.getBoundingClientRect().top - (pad + margin)) > 1) { target.scrollIntoView(); }
+    }
+    inputs.forEach(function (name) { window.addEventListener(name, release, {capture: true, passive: true}); });
+    window.addEventListener("hashchange", function () { release(); setTimeout(holdTarget, 0); }, {capture: true, once: true});
+    observer = new ResizeObserver(place);
+    observer.observe(article);
+    document.addEventListener("load", function (event) {   // a figure above the target has loaded
+      if (event.target.tagName === "IMG") { place(); }
+    }, true);
+    if (window.MathJax && MathJax.startup && MathJax.startup.promise) { MathJax.startup.promise.then(place); }
+    place();
+  }
   function start() {
     labelTables();
     document.addEventListener("toggle", function (event) {   // a table unfolded on a phone
@@ -247,6 +378,7 @@
   ready(wireToggles);
   ready(closeDrawersOnNavigation);
   ready(typesetSearchResults);
+  ready(holdTarget);
   readableSnippets();
   ready(start);
 })();

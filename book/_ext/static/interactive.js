@@ -29,9 +29,14 @@
     for (var i = 0; i < k; i++) { out.push(a + (b - a) * i / (k - 1)); }
     return out;
   }
+  // A number for the reader: four significant digits, a whole number below 10^5 exactly (a slider's
+  // 65536 read "65540"). A count (fmtCount) is exact, with thousands separators: H4's "costs 49,152
+  // more" had read "49150".
+  function fmtCount(x) { return Number.isInteger(x) ? x.toLocaleString("en-US") : fmt(x); }
   function fmt(x) {
     if (x === 0) { return "0"; }
     var a = Math.abs(x);
+    if (Number.isInteger(x) && a < 1e5) { return String(x); }
     if (a >= 1e5 || a < 1e-3) { return x.toExponential(3).replace("e+", "e"); }
     return String(Number(x.toPrecision(4)));
   }
@@ -170,8 +175,9 @@
       row.items.forEach(function (i) { entry(i, x, legendBase + r * tick * LINE); x += entryW[i] + 1.2 * tick; });
     });
     (spec.marker ? [spec.marker] : spec.markers || []).forEach(function (m) {
-      svg.appendChild(svgEl("circle", {cx: px(m.x), cy: py(m.y), r: 5, fill: m.color || "#000", stroke: "#000",
-        "class": "marker"}));
+      // the marker's outline is the text colour (claims.css): black on a light page, light on a dark one
+      svg.appendChild(svgEl("circle", {cx: px(m.x), cy: py(m.y), r: 5, fill: m.color || "currentColor",
+        stroke: "currentColor", "stroke-width": 1.5, "class": "marker"}));
     });
     width.done();
   }
@@ -253,9 +259,9 @@
                   {name: "fused d×d", xs: ms, ys: ms.map(function (m) { return c(v.n, m, v.d, v.dk).fused; })}],
                   logx: true, logy: true, xlabel: "keys m", ylabel: "multiply–adds", marker: {x: v.m, y: now.fused}},
                 value: now.fused - Math.min(now.factored, now.absorbed),
-                text: "n = " + v.n + ", m = " + v.m + ", d = " + v.d + ", d_k = " + v.dk + ": factored " + fmt(now.factored) +
-                  ", absorbed " + fmt(now.absorbed) + ", fused " + fmt(now.fused) + " — the fused matrix costs " +
-                  fmt(now.fused - Math.min(now.factored, now.absorbed)) + " more than the cheaper order of the factors."};
+                text: "n = " + v.n + ", m = " + v.m + ", d = " + v.d + ", d_k = " + v.dk + ": factored " + fmtCount(now.factored) +
+                  ", absorbed " + fmtCount(now.absorbed) + ", fused " + fmtCount(now.fused) + " — the fused matrix costs " +
+                  fmtCount(now.fused - Math.min(now.factored, now.absorbed)) + " more than the cheaper order of the factors."};
       }
     },
     D1: {
@@ -370,6 +376,31 @@
                 text: "λ = " + fmt(v.lambda) + ": the row's weights sum to " + fmt(sum) + " (1 − λ); " + negative +
                   " of " + w.length + " are negative."};
       }
+    },
+    P3: {
+      // Measurements (notebooks/10b-basis-and-gates.ipynb stores them): for each model of the page and
+      // each angle of a rotation in one plane of its stream, log10 of the relative error between the
+      // model and its compensated rotation (floored at 1e-17: round-off).
+      title: "P1–P3 · which models notice a rotation of their stream",
+      stored: true,
+      colours: ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00"],
+      controls: [{name: "step", label: "angle θ (step of π/9)", min: 0, max: 9, step: 1, value: 3}],
+      draw: function (v, data) {
+        var fig = FIGURES.P3, i = Math.min(v.step, data.thetas.length - 1), theta = data.thetas[i];
+        var series = [], markers = [], values = {}, parts = [];
+        data.curves.forEach(function (c, k) {
+          var colour = fig.colours[k % fig.colours.length];
+          series.push({name: c.name, xs: data.thetas, ys: c.log10_error, color: colour});
+          markers.push({x: theta, y: c.log10_error[i], color: colour});
+          values[c.name] = c.log10_error[i];
+          parts.push(c.name + " " + (c.log10_error[i] <= data.floor ? "0 (below 1e" + data.floor + ")" :
+                                     "1e" + fmt(c.log10_error[i])));
+        });
+        return {spec: {series: series, xmin: 0, xmax: Math.PI, ymin: data.floor - 0.5, ymax: 1, markers: markers,
+                       xlabel: "angle θ (radians)", ylabel: "log10 relative error"},
+                value: values[data.curves[0].name], values: values,
+                text: "θ = " + fmt(theta) + " rad — " + parts.join("; ") + "."};
+      }
     }
   };
 
@@ -444,6 +475,8 @@
         x = Math.round(x / c.step) * c.step;
         values[c.name] = Math.min(c.max, Math.max(c.min, Number(x.toFixed(6))));
         shown.textContent = fmt(values[c.name]);
+        // a screen reader announces the value shown, not the slider's position (log10 of it)
+        input.setAttribute("aria-valuetext", fmt(values[c.name]));
       };
       input.addEventListener("input", function () { read(); redraw(); });
       read();
