@@ -29,7 +29,8 @@
 
 Targets (2 cores): every notebook ≤ 10 s, the build ≤ 15 s, ``make test`` ≤ 2 × floor; attnref's
 forward ≤ 2 × torch's (fused kernel, every size, causal too), forward + backward ≤ 3 ×, and peak
-memory without weights ≤ 4 × the fused kernel's. The report also records the load
+memory without weights ≤ 4 × the fused kernel's; per call (issue 46): a tiny (1, 4, 16, 16) call
+with the value checks off ≤ 5 × torch's SDPA, the weights path ≤ 2.5 × the fused kernel. The report also records the load
 average when the bench started: other processes on the machine inflate every number.
 """
 
@@ -73,6 +74,9 @@ SPEED_TABLE = ROOT / "book" / "_data" / "speed.md"
 SPEED_ROUNDS = 7
 #: The targets of issue 35 (one thread, measured side by side against torch's fused kernel).
 FORWARD_TARGET, TRAINING_TARGET, MEMORY_TARGET = 2.0, 3.0, 4.0
+#: The per-call targets of issue 46 item 7: a tiny call (1, 4, 16, 16) with the value checks off
+#: ≤ 5 × torch's SDPA; the weights path ≤ 2.5 × torch's fused kernel, causal included.
+TINY_TARGET, WEIGHTS_TARGET = 5.0, 2.5
 #: How peak memory is measured (the report and the page say it).
 MEMORY_METHOD = ("peak of the running sum of every CPU allocation and free that torch's profiler records "
                  "during one call (torch.profiler, profile_memory=True: the allocator's own events, "
@@ -127,6 +131,14 @@ def _mha_without_weights(weights):
     return attend
 
 
+def _unchecked(call):
+    """``call()`` with attnref's value checks off (what a per-call measurement of the arithmetic asks)."""
+    import attnref
+
+    with attnref.checks(False):
+        return call()
+
+
 def speed_cases(sizes=(512, 2048, 4096), d_k: int = 64, h: int = 8, batch: int = 8) -> list[Case]:
     """The rows of the table. Single-head attention is 4-D ``(1, 1, n, d_k)`` for torch's fused
     (flash) CPU kernel, which runs only for 4-D input; 2-D ``(n, d_k)`` runs its math path (the
@@ -178,6 +190,26 @@ def speed_cases(sizes=(512, 2048, 4096), d_k: int = 64, h: int = 8, batch: int =
                 lambda q=q, k=k, v=v, u=upstream, c=causal: _training_step(
                     lambda q, k, v: sdpa(q, k, v, is_causal=c), q, k, v, u),
                 TRAINING_TARGET))
+    # per-call overhead (issue 46 item 7): a tiny call, value checks off, against torch's SDPA on the same
+    # 4-D input (its fused kernel); and the weights path against the fused kernel, causal included
+    q, k, v = _attention_inputs((1, 4, 16, 16), torch.float32)
+    for causal in (False, True):
+        cases.append(Case("SDPA tiny (1, 4, 16, 16), float32" + (", causal" if causal else "")
+                          + ", checks off, weights returned", fused,
+                          lambda q=q, k=k, v=v, c=causal: _unchecked(
+                              lambda: attnref.scaled_dot_product_attention(q, k, v, causal=c)),
+                          lambda q=q, k=k, v=v, c=causal: sdpa(q, k, v, is_causal=c), TINY_TARGET))
+    cases.append(Case("SDPA tiny (1, 4, 16, 16), float32, checks off, no weights", fused,
+                      lambda q=q, k=k, v=v: _unchecked(
+                          lambda: attnref.scaled_dot_product_attention(q, k, v, need_weights=False)),
+                      lambda q=q, k=k, v=v: sdpa(q, k, v)))     # shown beside, no target: the blockwise loop
+    for n in (512, 2048):
+        q, k, v = _attention_inputs((1, 1, n, d_k), torch.float32)
+        for causal in (False, True):
+            cases.append(Case(f"SDPA n = {n}, float32" + (", causal" if causal else "")
+                              + ", weights returned, against the fused kernel", fused,
+                              lambda q=q, k=k, v=v, c=causal: attnref.scaled_dot_product_attention(q, k, v, causal=c),
+                              lambda q=q, k=k, v=v, c=causal: sdpa(q, k, v, is_causal=c), WEIGHTS_TARGET))
     d = h * d_k
     weights = attnref.MultiHeadWeights.random(d, h, generator=torch.Generator().manual_seed(2), dtype=torch.float32)
     module = weights.to_torch().eval()
