@@ -12,19 +12,15 @@ process, at most 2 worker processes, one progress bar over all runs (weighted by
 with the estimated time left).
 
     python tools/run_experiments.py [--jobs 2] [--only E1,E3] [--out data/experiments]
-                                    [--device cpu|cuda] [--shard i/k] [--seed-batch K] [--lone]
+                                    [--device cpu|cuda] [--seed-batch K] [--lone]
                                     [--ray auto|local|ADDRESS]
-    python tools/run_experiments.py --merge DIR [DIR ...] --out data/experiments
     python tools/run_experiments.py --pilot          # calibration on the plan's pilot seeds
 
-``--shard i/k`` runs the settings whose position in the plan's order is ≡ i (mod k) — tuning and
-comparison of a setting stay in one shard — and writes ``e*.json`` holding those settings only;
-``--merge`` joins the shards' files into the files one process would have written (the settings in
-the plan's order). ``--device cuda`` trains on the GPU (recorded in every run; an error if torch
+``--device cuda`` trains on the GPU (recorded in every run; an error if torch
 sees none). ``--ray auto|ADDRESS`` submits one task per (setting, seed batch) to a Ray cluster
 (``pip install '.[experiments]'``; ``local`` starts a local instance with ``--jobs`` CPUs) and
 writes the same files as the local pool; every mode (text, pilot, recheck, robustness grid) runs
-its tasks there.
+its tasks there. (Ray replaces the runner's own ``--shard i/k`` / ``--merge`` of earlier rounds.)
 
 ``--recheck``: re-train every comparison run of the stored experiments (``--only``; the learning
 rates the stored files chose, no tuning) and write files of the same form to ``--out``. `make
@@ -36,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import multiprocessing as mp
 import os
 import platform
 import statistics
@@ -62,8 +57,8 @@ JOBS = 2                    # --jobs: local worker processes (with --ray: the CP
 SEED_BATCH = 0              # --seed-batch: seeds per batched task (0: every seed of a setting in one task)
 LONE = False                # --lone: the lone loop seed by seed (the loop that made the exploratory rounds)
 # Fields of a result that depend on the process and the clock, not on the computation (ignored
-# when shards are compared with a single run).
-VOLATILE = ("seconds", "cpu_seconds", "run_seconds", "machine", "shard")
+# when a Ray run is compared with a local one).
+VOLATILE = ("seconds", "cpu_seconds", "run_seconds", "machine")
 
 
 def _execute(tasks: list, desc: str, bar=None) -> dict:
@@ -107,18 +102,6 @@ def _selected(args) -> list[str]:
     return chosen or list(ex.IDS)
 
 
-def _shard(text: str | None) -> tuple[int, int]:
-    if not text:
-        return 0, 1
-    try:
-        i, k = (int(x) for x in text.split("/"))
-    except ValueError:
-        raise SystemExit(f"--shard must be i/k with 0 ≤ i < k, got {text!r}") from None
-    if not 0 <= i < k:
-        raise SystemExit(f"--shard must be i/k with 0 ≤ i < k, got {text!r}")
-    return i, k
-
-
 def _header(e: str, plan: dict, plan_sha: str, plan_file: Path | None = None) -> dict:
     design = plan["design"]
     return {"experiment": e, "plan_sha256": plan_sha,
@@ -142,14 +125,10 @@ def run(args) -> int:
     plan_sha = ex.plan_hash(plan_file)
     all_settings = ex.settings(plan, steps=args.steps)
     chosen = _selected(args)
-    i_shard, k_shard = _shard(args.shard)
     design = plan["design"]
     seeds, tuning_seed = design["comparison_seeds"], design["tuning_seed"]
     grid = sorted(design["lr_grid"])
-    # the settings this shard runs: position in the plan's order (over every experiment) ≡ i mod k
-    order = [(e, j) for e in ex.IDS if e in all_settings for j in range(len(all_settings[e]))]
-    mine = {pos for pos, key in enumerate(order) if pos % k_shard == i_shard}
-    mine = {order[pos] for pos in mine}
+    mine = {(e, j) for e in ex.IDS if e in all_settings for j in range(len(all_settings[e]))}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
@@ -205,7 +184,7 @@ def run(args) -> int:
             runs = {(e, j, seed): r for ((e_, j), seed), r in
                     _by_seed(_execute(comparison_tasks(e, ss, best), f"compare {e}", bar)).items()}
             count += len(runs)
-            data = {**_header(e, plan, plan_sha, plan_file), **_trainer(), "shard": f"{i_shard}/{k_shard}", "settings": [{
+            data = {**_header(e, plan, plan_sha, plan_file), **_trainer(), "settings": [{
                 "variant": s.variant, "group": s.group, "n": s.n, "steps": s.steps, "lr": best[j],
                 "lr_tuned": s.lr is None, "lr_at_edge": edge[j],
                 "tuning": [{"lr": lr, **tuned[(e, j, lr)]["eval"][str(n_of[j])]}
@@ -223,32 +202,6 @@ def run(args) -> int:
     where = f"Ray at {RAY}" if RAY else f"{max(1, min(2, args.jobs))} worker process(es)"
     print(f"make experiments: {count} runs in {total / 60:.1f} min on {DEVICE} "
           f"({where}; {'lone' if LONE else 'batched'}; load average {os.getloadavg()[0]:.1f})")
-    return 0
-
-
-def merge(args) -> int:
-    """Join the shards' files: the settings of every shard in the plan's order."""
-    plan = ex.load_amended_plan(args.plan)
-    order = {e: [(s.variant, s.group) for s in ss] for e, ss in ex.settings(plan).items()}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for e in _selected(args):
-        parts = [json.loads((Path(d) / f"{e.lower()}.json").read_text())
-                 for d in args.merge if (Path(d) / f"{e.lower()}.json").exists()]
-        if not parts:
-            continue
-        hashes = {(p["plan_sha256"], p["training_code_hash"]) for p in parts}
-        if len(hashes) != 1:
-            raise SystemExit(f"{e}: the shards were made under different plans or training code: {sorted(hashes)}")
-        found = {(s["variant"], s["group"]): s for p in parts for s in p["settings"]}
-        missing = [k for k in order[e] if k not in found]
-        if missing:
-            raise SystemExit(f"{e}: no shard has the settings {missing}")
-        data = {**parts[0], "shard": f"merged from {len(parts)}",
-                "run_seconds": max(p.get("run_seconds", 0) for p in parts),
-                "settings": [found[k] for k in order[e]]}
-        (out / f"{e.lower()}.json").write_text(json.dumps(data, indent=1) + "\n")
-        print(f"merged {len(parts)} shard file(s) into {out / f'{e.lower()}.json'}")
     return 0
 
 
@@ -520,10 +473,8 @@ def text_comparisons(args) -> int:
     else:
         names = list(_TEXT["settings"]) if not args.only else [n for n in _TEXT["settings"] if n in args.only.split(";")]
         jobs = [(name, seed) for name in names for seed in design["comparison_seeds"]]
-        lo, k = _shard(args.shard)
-        jobs = jobs[lo::k]
         runs = _text_train(jobs, "text comparisons", args.jobs)
-        data = {**_text_header(plan_file, amendment_file, corpus), "shard": args.shard or "0/1", "runs": runs,
+        data = {**_text_header(plan_file, amendment_file, corpus), "runs": runs,
                 "run_seconds": round(time.perf_counter() - start, 1)}
         target = out_dir / "comparisons.json"
     target.write_text(json.dumps(data, indent=1) + "\n")
@@ -553,23 +504,23 @@ def text_grid(args) -> int:
     _TEXT.update(corpus=corpus, settings=settings, plays=tuple(plan["corpus"]["validation_plays"]))
     start = time.perf_counter()
     jobs = [(name, seed) for name in settings for seed in amendment["design"]["comparison_seeds"]]
-    lo, k = _shard(args.shard)
-    runs = _text_train(jobs[lo::k], "text learning-rate grid", args.jobs)
+    runs = _text_train(jobs, "text learning-rate grid", args.jobs)
     data = {**_text_header(plan_file, amendment_file, corpus), "grid_amendment_sha256": ex.plan_hash(grid_file),
             "lr_factors": list(grid["lr_factors"]), "lr": {n: r.lr for n, r in settings.items()},
-            "shard": args.shard or "0/1", "runs": runs, "run_seconds": round(time.perf_counter() - start, 1),
+            "runs": runs, "run_seconds": round(time.perf_counter() - start, 1),
             "cpu_seconds": round(sum(r["cpu_seconds"] for s in runs.values() for r in s.values()), 1)}
     target = Path(args.text_out) / "grid.json"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(data, indent=1) + "\n")
-    print(f"wrote {target}: {len(jobs[lo::k])} runs in {data['run_seconds'] / 60:.1f} min, "
+    print(f"wrote {target}: {len(jobs)} runs in {data['run_seconds'] / 60:.1f} min, "
           f"{data['cpu_seconds'] / 60:.1f} CPU-min (load {os.getloadavg()[0]:.1f})")
     return 0
 
 
 def measure_batching(args) -> int:
-    """CPU-seconds per run, the lone loop against one batched model of S seeds (S = 10, 20, 30), on a
-    recall setting (E4's dot at n = 32, its plan budget) and the text model (amendment 1's
+    """CPU-seconds per run, the lone loop against one batched model of S seeds (S = 10, 20, 30), on two
+    recall settings at their plan budgets (E1's identity at n = 8: most experiments' size; E4's dot at
+    n = 32: the largest sequences) and the text model (amendment 1's
     configuration, ``--steps`` steps, default 200: the cost per step does not depend on the step count);
     ``time.process_time`` of the whole call (training and evaluations), one thread, this process only.
     Writes data/experiments/batching.json (``--out``)."""
@@ -580,13 +531,16 @@ def measure_batching(args) -> int:
     torch.set_num_threads(1)
     sizes = [int(x) for x in args.batching_sizes.split(",")]
     lone_seeds = list(range(10_000, 10_000 + args.batching_lone))
-    recall = next(s for s in ex.settings(ex.load_amended_plan(args.plan))["E4"] if s.variant == "dot")
+    plan_settings = ex.settings(ex.load_amended_plan(args.plan))
+    e1 = next(s for s in plan_settings["E1"] if s.variant == "identity")
+    recall = next(s for s in plan_settings["E4"] if s.variant == "dot")
     recall_run = recall.run(seed=0, lr=3e-3)
     plan, amendment = ex.load_plan(args.text_plan), ex.load_plan(args.text_amendment)
     corpus = text.Corpus.load(plan["corpus"]["validation_plays"])
     text_steps = args.steps or 200
     text_run = replace(text.text_settings(amendment)["dot"], steps=text_steps, checkpoints=())
-    models = {"recall": (recall_run, lambda r: train(r), lambda r, seeds: batched.train_recall(r, seeds)),
+    models = {"recall E1": (e1.run(seed=0, lr=3e-3), lambda r: train(r), lambda r, seeds: batched.train_recall(r, seeds)),
+              "recall E4": (recall_run, lambda r: train(r), lambda r, seeds: batched.train_recall(r, seeds)),
               "text": (text_run, lambda r: text.train(r, corpus), lambda r, seeds: batched.train_text(r, corpus, seeds))}
     rows, loads = [], []
     for name, (run_, lone, many) in models.items():
@@ -608,13 +562,16 @@ def measure_batching(args) -> int:
                          "speedup": round(lone_cpu / cpu, 2), "load_average": round(loads[-1], 2)})
             print(f"{name}: S = {size}: lone {lone_cpu:.2f} CPU-s a run, batched {cpu:.2f} -> {lone_cpu / cpu:.1f}x "
                   f"(load {loads[-1]:.1f})", flush=True)
-    s4 = recall_run.spec
+    def describe(e, setting, r):
+        return {"experiment": e, "variant": setting.variant, "group": setting.group, "d": r.spec.d, "h": r.spec.h,
+                "layers": r.spec.layers, "n": r.n, "batch": r.batch, "steps": r.steps, "eval_size": r.eval_size,
+                "eval_ns": list(r.eval_ns)}
+
     data = {"what": "CPU-seconds per run (time.process_time of the whole call: training and evaluations, one "
                     "thread), the lone loop (train.train / text.train, mean over lone_runs_measured seeds) against "
                     "one batched model of S seeds (attnref.training.batched), divided by S",
-            "recall_setting": {"experiment": "E4", "variant": "dot", "group": recall.group, "d": s4.d, "h": s4.h,
-                               "layers": s4.layers, "n": recall_run.n, "batch": recall_run.batch,
-                               "steps": recall_run.steps, "eval_size": recall_run.eval_size},
+            "recall_settings": {"recall E1": describe("E1", e1, e1.run(seed=0, lr=3e-3)),
+                                "recall E4": describe("E4", recall, recall_run)},
             "text_setting": {"source": "data/experiments/text/amendment-1.toml design, setting dot", "d": text_run.spec.d,
                              "h": text_run.spec.h, "layers": text_run.spec.layers, "context": text_run.context,
                              "batch": text_run.batch, "steps": text_run.steps, "eval_windows": text_run.eval_windows,
@@ -647,12 +604,10 @@ def main(argv=None) -> int:
     parser.add_argument("--lone", action="store_true",
                         help="train seed by seed with the lone loop (the loop that made the exploratory rounds) "
                              "instead of one batched model per setting")
-    parser.add_argument("--shard", default=None, help="i/k: run the i-th of k shards of the settings")
     parser.add_argument("--measure-batching", action="store_true",
                         help="CPU-seconds per run, lone against batched (writes --out/batching.json)")
     parser.add_argument("--batching-sizes", default="10,20,30", help="the seed counts S of --measure-batching")
     parser.add_argument("--batching-lone", type=int, default=3, help="lone runs measured per model")
-    parser.add_argument("--merge", nargs="+", default=None, help="directories of shard outputs to join into --out")
     parser.add_argument("--pilot", action="store_true", help="the calibration pilot on the plan's pilot seeds")
     parser.add_argument("--recheck", action="store_true",
                         help="re-train the comparison runs of the files in --stored with their learning rates")
@@ -684,8 +639,6 @@ def main(argv=None) -> int:
             ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     if args.measure_batching:
         return measure_batching(args)
-    if args.merge:
-        return merge(args)
     if args.pilot:
         return pilot(args)
     if args.recheck:
