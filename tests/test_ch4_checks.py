@@ -446,3 +446,87 @@ def test_c10_catches_an_entropy_in_bits(monkeypatch):
     monkeypatch.setattr(logit_scale, "attention_entropy", lambda weights: real(weights) / math.log(2))
     verdict, checks = run("C10")
     caught("C10", verdict, checks, "Categorical")
+
+
+# --- issue 44 items 5, 6, 7: exclusions flagged with their margins, unions from the intervals --------
+
+def _made_intervals(monkeypatch, claim_id, replace=None):
+    """Run a section while recording every interval stats makes; the intervals, verdict and checks."""
+    from attnref.analysis import stats
+
+    made = []
+    for name in ("median_of_means", "empirical_bernstein_mean", "quantile_interval"):
+        real = getattr(stats, name)
+
+        def recording(*args, _real=real, **kwargs):
+            interval = _real(*args, **kwargs)
+            made.append(interval)
+            return interval
+
+        monkeypatch.setattr(stats, name, recording)
+    verdict, checks = run(claim_id, replace)
+    return made, verdict, checks
+
+
+def test_no_check_of_chapter_4_types_its_union_bound():
+    """Union counts come from the intervals (``intervals=``, the engine sums their δ), never typed:
+    round 5 found C4 and C8 writing ``len(widths) * DELTA`` (right only while the lists agreed)."""
+    import re
+    setup, found = _sources()
+    typed = [(cid, m.group(0)) for cid, sources in found.items() for s in sources
+             for m in re.finditer(r"failure_probability\s*=\s*[^,\n]*(\*\s*DELTA|DELTA\s*\*)", s)]
+    assert not typed, typed
+
+
+@pytest.mark.parametrize("claim_id", ["C4", "C8"])
+def test_c4_c8_state_the_delta_of_the_intervals_they_compare(monkeypatch, claim_id):
+    """Every statistical check of C4 and C8 states a δ that is a sum of the intervals' δ the section
+    made (each DELTA here): one that left an interval out, or typed one too many, would not be."""
+    made, verdict, checks = _made_intervals(monkeypatch, claim_id)
+    assert verdict == claims.CLAIMS[claim_id].expected and made
+    unit = made[0].failure_probability
+    assert all(iv.failure_probability == unit for iv in made)
+    for c in checks:
+        if c.kind == claims.STATISTICAL:
+            count = c.failure_probability / unit
+            assert abs(count - round(count)) < 1e-9 and 1 <= round(count) <= len(made), (c.name, count)
+
+
+def test_c4_the_gradient_check_names_both_of_its_bounds():
+    """The ‖∂p/∂q‖ check compares an empirical-Bernstein interval with a median-of-means one: its
+    bound names both and its δ is theirs summed (it said "empirical Bernstein" for both)."""
+    verdict, checks = run("C4")
+    grad = [c for c in checks if "∂p/∂q‖_F at d_k" in c.name]
+    assert len(grad) == 1 and grad[0].bound == "empirical Bernstein + median of means", grad[0].bound
+    assert claims.is_guaranteed(grad[0].bound) and grad[0].excludes and grad[0].false_failure is not None
+
+
+def test_c4_the_entropy_steps_sum_their_false_failures():
+    """Five ordering steps: the false-failure rate is Σ Φ(−mᵢ) over the steps, not Φ(−min m)."""
+    verdict, checks = run("C4")
+    steps = [c for c in checks if "entropy interval at 4d_k" in c.name]
+    assert len(steps) == 1 and steps[0].excludes
+    assert steps[0].false_failure >= claims.false_failure_normal(steps[0].margin_se)
+
+
+@pytest.mark.parametrize("claim_id", ["C4", "C8", "C10"])
+def test_every_one_sided_check_of_c4_c8_c10_is_an_exclusion_with_its_false_failure(claim_id):
+    """Round 5: C4's "median ‖J‖ falls", C8's ρ > 0 exclusions and C10's ≥ 0.97 log m compared an
+    interval's end with a value but were recorded with excludes=False: their false-failure rate was
+    neither stated nor listed as missing."""
+    verdict, checks = run(claim_id)
+    one_sided = [c for c in checks if c.bound and c.bears_on != claims.DEMONSTRATION
+                 and not c.held_to.lstrip("each ").startswith(("∋", "⊂")) and "⊂" not in c.held_to
+                 and "within" not in c.held_to]
+    assert one_sided, claim_id
+    for c in one_sided:
+        assert c.excludes and c.false_failure is not None, (c.name, c.held_to)
+
+
+def test_c8_its_margin_catches_an_error_of_a_quarter():
+    """C8's equivalence margin is the smallest error to catch (25 %), not three half-widths of its own
+    interval (about ±100 % at ρ = 0 with 10 000 pairs): logits scaled 1.2 × too large (E[z²] 44 % off)
+    fail the ρ = 0 check."""
+    verdict, checks = run("C8", ("z = attnref.luong_dot_scores(q, k)[:, 0, 0] / math.sqrt(width)",
+                                 "z = attnref.luong_dot_scores(q, k)[:, 0, 0] / math.sqrt(width) * 1.2"))
+    caught("C8", verdict, checks, "ρ = 0: E[(q·k/√d_k)²] = 1")

@@ -204,3 +204,104 @@ def test_a_broken_check_changes_the_verdict_and_the_test_names_it(pytester, monk
     result = pytester.runpytest_inprocess("-p", "nbplugin", "-p", "no:xdist", "--nbval-lax",
                                            "--nbval-current-env", "-rA", "notebooks")
     assert "PASSED notebooks/claim.ipynb::verdicts" in result.stdout.str(), result.stdout.str()
+
+
+# --- issue 44 item 5: interval-versus-value checks are exclusions, margins over several steps -----
+
+def _interval(estimate, half, bound="empirical Bernstein", delta=1e-8, se=None):
+    return stats.Interval(estimate, estimate - half, estimate + half, bound, delta, 100, se)
+
+
+@pytest.mark.parametrize("method, measured, limit", [("at_least", 0.9, 0.5), ("at_most", 0.1, 0.5)])
+def test_a_one_sided_check_with_a_bound_is_an_exclusion_by_default(method, measured, limit):
+    """An interval's end against a value (at_least / at_most with a bound): its level bounds a wrong
+    pass, so it is flagged (it was excludes=False: no false-failure rate, none listed as missing);
+    se= gives its margin and false-failure rate; excludes=False still says otherwise."""
+    e = claims.Evidence("C4")
+    getattr(e, method)("no margin", measured, limit, kind=claims.STATISTICAL, bound="exact", failure_probability=1e-8)
+    getattr(e, method)("with se", measured, limit, kind=claims.STATISTICAL, bound="exact", failure_probability=1e-8,
+                       se=0.1)
+    getattr(e, method)("a statistic against its radius", measured, limit, kind=claims.STATISTICAL, bound="DKW",
+                       failure_probability=1e-8, excludes=False)
+    getattr(e, method)("no bound", measured, limit, kind=claims.NUMERICAL)
+    plain, with_se, radius, numeric = e.checks
+    assert plain.excludes and plain.margin_se is None and plain.false_failure is None
+    assert with_se.excludes and with_se.margin_se == pytest.approx(4.0)
+    assert with_se.false_failure == pytest.approx(claims.false_failure_normal(4.0))
+    assert not radius.excludes and not numeric.excludes
+    info = claims.levels(e.checks)
+    assert info["false_failure_not_stated"] == ["no margin"]
+    assert "no false-failure rate stated for: no margin" in claims.levels_sentence(e.checks)
+
+
+def test_a_margin_over_several_steps_is_a_union():
+    """Σ Φ(−mᵢ), not Φ(−min m): three steps at 2, 2 and 3 standard errors fail a re-run about twice
+    as often as the smallest alone says."""
+    e = claims.Evidence("C4")
+    e.check("three steps", True, kind=claims.STATISTICAL, bound="exact", failure_probability=1e-8,
+            margin_se=[2.0, 2.0, 3.0])
+    e.check("a tensor of steps", True, kind=claims.STATISTICAL, bound="exact", failure_probability=1e-8,
+            margin_se=torch.tensor([2.0, math.inf]))
+    three, tensor = e.checks
+    assert three.margin_se == 2.0 and three.excludes
+    assert three.false_failure == pytest.approx(2 * claims.false_failure_normal(2.0) + claims.false_failure_normal(3.0))
+    assert tensor.margin_se == 2.0 and tensor.false_failure == pytest.approx(claims.false_failure_normal(2.0))
+    with pytest.raises(ValueError, match="margin_se"):
+        claims.Evidence("C4").check("empty", True, kind=claims.STATISTICAL, bound="exact",
+                                    failure_probability=1e-8, margin_se=[])
+
+
+def test_intervals_of_several_guaranteed_bounds_are_named_and_summed():
+    """intervals= may mix guaranteed bounds (an empirical-Bernstein against a median-of-means
+    interval): the bound names both, the δ is their sum, the level is guaranteed; a nominal interval
+    cannot join guaranteed ones."""
+    e = claims.Evidence("C4")
+    e.check("mixed", True, kind=claims.STATISTICAL,
+            intervals=[_interval(1.0, 0.1), _interval(0.5, 0.1, "median of means", 2e-8)], margin_se=5.0)
+    (mixed,) = e.checks
+    assert mixed.bound == "empirical Bernstein + median of means" and mixed.guaranteed
+    assert mixed.failure_probability == pytest.approx(3e-8)
+    assert claims.levels(e.checks)["guaranteed"] == 1
+    assert "failure prob." in claims.kind_label(mixed)
+    with pytest.raises(ValueError, match="bound"):
+        claims.Evidence("C4").check("nominal and guaranteed", True, kind=claims.STATISTICAL,
+                                    intervals=[_interval(1.0, 0.1), _interval(1.0, 0.1, "CLT (asymptotic)", 0.05)])
+
+
+#: Notebooks whose interval-versus-value checks their owners still flag (issue 44: chapter 8's
+#: decisions get their margins from the engineer who owns chapter 8).
+NOT_YET_FLAGGED = {"08-training.ipynb"}
+
+
+def _one_sided_unflagged(path):
+    """Voting checks with a bound whose 'held to' compares an interval's end (or a count of
+    intervals) with a value — ≥, ≤, above, below, >, < — but that are not recorded as exclusions.
+    A check held within a band (∋, ⊂, '± ', 'within') is a coverage or equivalence check; a
+    statistic held to its own radius (a KS distance against ε_N) covers the truth too."""
+    import json
+    out = []
+    for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+        for output in cell.get("outputs", []):
+            meta = output.get("metadata", {}).get(claims.METADATA_KEY)
+            for c in (meta or {}).get("checks", []):
+                held = c["held_to"]
+                if not c.get("bound") or c["bears_on"] == claims.DEMONSTRATION or c.get("excludes"):
+                    continue
+                if any(mark in held for mark in ("∋", "⊂", "± ", "within", "ε_N")):
+                    continue
+                if any(mark in held for mark in ("≥", "≤", "above", "below", ">", "<", "all ")):
+                    out.append(f"{meta['id']}{' on ' + meta['model'] if meta.get('model') else ''}: {c['name']}")
+    return out
+
+
+@pytest.mark.parametrize("notebook", sorted(p.name for p in (
+    __import__("pathlib").Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb")))
+def test_every_interval_versus_value_check_is_flagged(notebook):
+    """Round 5: one-sided checks that compare an interval's end with a value were recorded with
+    excludes=False in chapters 4, 6 and 6b, so their false-failure rate was neither stated nor
+    listed as missing. Every notebook's recorded evidence is scanned."""
+    from pathlib import Path
+    if notebook in NOT_YET_FLAGGED:
+        pytest.xfail("flagged by the owner of this chapter (issue 44)")
+    path = Path(__file__).resolve().parent.parent / "notebooks" / notebook
+    assert not _one_sided_unflagged(path)

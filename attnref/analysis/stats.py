@@ -421,3 +421,18 @@ def quantile_false_failure(samples: Tensor, quantile: float = 0.5, failure_proba
         c = int((x >= below).sum())
         rate += float(binom.sf(n - upper_rank, n, (c + 0.5) / (n + 1)))          # P(count ≥ N − u + 1)
     return min(1.0, rate)
+
+
+def in_standard_errors(gap: float, standard_error: float | None) -> float:
+    """A margin ``gap`` (a distance from an interval's end to an excluded value) in standard errors:
+    ``gap / standard_error``; ±∞ for a zero standard error (no spread: the margin is all there is),
+    NaN for a NaN or missing one. For ``margin_se=`` of an exclusion check."""
+    gap = float(gap)
+    if standard_error is None or math.isnan(float(standard_error)) or math.isnan(gap):
+        return math.nan
+    standard_error = float(standard_error)
+    if standard_error < 0:
+        raise ValueError(f"standard_error must be ≥ 0, got {standard_error!r}")
+    if standard_error == 0:
+        return math.inf if gap > 0 else -math.inf
+    return gap / standard_error

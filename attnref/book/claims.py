@@ -123,6 +123,20 @@ GUARANTEED_BOUNDS = ("exact", "Hoeffding", "Bernstein", "empirical Bernstein", "
                      "Chebyshev", "Clopper–Pearson", "permutation (exact)")
 NOMINAL_BOUNDS = ("CLT (asymptotic)", "bootstrap (asymptotic)", "t (normal theory)")
 BOUNDS = GUARANTEED_BOUNDS + NOMINAL_BOUNDS
+#: How a check over intervals of several guaranteed bounds names them (``intervals=`` with, e.g., an
+#: empirical-Bernstein and a median-of-means interval): "empirical Bernstein + median of means".
+BOUND_JOIN = " + "
+
+
+def is_guaranteed(bound: str | None) -> bool:
+    """Whether ``bound`` (one of :data:`BOUNDS`, or guaranteed bounds joined by :data:`BOUND_JOIN`)
+    is guaranteed at the sample size used."""
+    return bound is not None and all(part in GUARANTEED_BOUNDS for part in str(bound).split(BOUND_JOIN))
+
+
+def is_bound(bound: str | None) -> bool:
+    """Whether ``bound`` names a known bound (or several guaranteed ones, joined)."""
+    return bound in BOUNDS or is_guaranteed(bound)
 MAX_FAILURE_PROBABILITY = 1e-6
 RECHECK_MAX_FAILURE_PROBABILITY = 0.05
 
@@ -315,7 +329,7 @@ class Check:
     @property
     def guaranteed(self) -> bool:
         """A check with a bound whose failure probability is guaranteed (not a nominal level)."""
-        return self.bound in GUARANTEED_BOUNDS and self.failure_probability is not None
+        return is_guaranteed(self.bound) and self.failure_probability is not None
 
     def as_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items()}
@@ -380,15 +394,19 @@ class _Recorder:
                 raise ValueError(f"{name}: failure_probability={failure_probability!r} but the {len(union)} "
                                  f"intervals passed sum to {union_probability!r} (leave it out: it is their sum)")
             bound, failure_probability = union_bound, union_probability
-        margin_se = _optional_real(name, "margin_se", margin_se)
+        margins = _margins(name, margin_se)
+        margin_se = None if margins is None else (min(margins) if all(math.isfinite(x) or x == math.inf
+                                                                      for x in margins) else math.nan)
         false_failure = _optional_real(name, "false_failure", false_failure)
         if false_failure is not None and not 0 <= false_failure <= 1:
             raise ValueError(f"{name}: false_failure is a probability in [0, 1], got {false_failure!r}")
         if false_failure_basis is not None and (not isinstance(false_failure_basis, str)
                                                 or not false_failure_basis.strip()):
             raise ValueError(f"{name}: false_failure_basis must be a non-empty line, got {false_failure_basis!r}")
-        if false_failure is None and margin_se is not None and math.isfinite(margin_se):
-            false_failure = false_failure_normal(margin_se)
+        if false_failure is None and margin_se is not None and not math.isnan(margin_se) \
+                and (math.isfinite(margin_se) or len(margins) > 1):
+            # a union over the steps: Σ Φ(−mᵢ), not Φ(−min m) (an infinite margin adds 0)
+            false_failure = min(1.0, math.fsum(false_failure_normal(x) for x in margins))
             false_failure_basis = false_failure_basis or NORMAL_AT_ESTIMATE
         elif false_failure is not None and false_failure_basis is None:
             raise ValueError(f"{name}: a false_failure passed in names its basis (false_failure_basis=…)")
@@ -396,17 +414,17 @@ class _Recorder:
             margin_se = None                        # a NaN margin: the check fails, nothing to record
         excludes = bool(excludes) or margin_se is not None or false_failure is not None
         if kind == STATISTICAL:
-            if bound not in BOUNDS:
+            if not is_bound(bound):
                 raise ValueError(f"{name}: a statistical check names its bound, one of {BOUNDS}; got {bound!r}")
             # a claim's guaranteed checks: ≤ 1e-6 each; a recheck on a trained model has the sample
             # it has (16 sentences cannot support 1e-7): up to 0.05, stated and summed in its verdict
             limit = (MAX_FAILURE_PROBABILITY if self._evidence.model is None else RECHECK_MAX_FAILURE_PROBABILITY) \
-                if bound in GUARANTEED_BOUNDS else 0.5
+                if is_guaranteed(bound) else 0.5
             if failure_probability is None or not 0 < failure_probability <= limit:
-                what = "failure probability" if bound in GUARANTEED_BOUNDS else "nominal level"
+                what = "failure probability" if is_guaranteed(bound) else "nominal level"
                 raise ValueError(f"{name}: a statistical check with a {bound} bound states a {what} in "
                                  f"(0, {limit:g}], got {failure_probability!r}")
-        elif bound is not None and bound not in BOUNDS:
+        elif bound is not None and not is_bound(bound):
             raise ValueError(f"{name}: bound must be one of {BOUNDS}, got {bound!r}")
         elif bound is not None and failure_probability is not None and not 0 < failure_probability <= 0.5:
             raise ValueError(f"{name}: a {bound} bound states a level in (0, 0.5], got {failure_probability!r}")
@@ -458,24 +476,31 @@ class _Recorder:
                           held_to=f"{format_value(t, digits + 3)} ± {format_value(e, 2)}", **statistical)
 
     def at_most(self, name: str, measured: Any, limit: Any, *, kind: str, digits: int = 3,
-                agree: str | None = None, **statistical: Any) -> bool:
+                agree: str | None = None, se: Any = None, **statistical: Any) -> bool:
         """``measured ≤ limit`` (an error, a distance, a residual …). A statistical check passes
         ``bound=`` (the bound's type) and ``failure_probability=``. A numerical or parity residual
-        below a tenth of ``limit`` is round-off by default: its digits may differ on another machine."""
+        below a tenth of ``limit`` is round-off by default: its digits may differ on another machine.
+
+        With a ``bound``, ``measured`` is an interval's end held against a value: an exclusion
+        (``excludes=True`` by default, its level bounds a wrong pass), whose margin is
+        ``(limit − measured) / se`` in standard errors when ``se`` is given (or ``margin_se=``, one
+        per step of a union); without either its false-failure rate is listed as not stated.
+        ``excludes=False`` says otherwise (a statistic against its own radius, e.g. a KS distance)."""
         m, b = float(_number(measured)), float(_number(limit))
         passed = not math.isnan(m) and m <= b
         if agree is None and kind in (NUMERICAL, PARITY) and math.isfinite(b):
             agree = relative(floor=abs(b) / 10)
         return self.check(name, passed, kind=kind, measured=m, held_to=f"≤ {format_value(b, digits)}",
-                          digits=digits, agree=agree, **statistical)
+                          digits=digits, agree=agree, **_one_sided(name, b - m, se, statistical, kind))
 
     def at_least(self, name: str, measured: Any, limit: Any, *, kind: str, digits: int = 3,
-                 agree: str | None = None, **statistical: Any) -> bool:
-        """``measured ≥ limit``."""
+                 agree: str | None = None, se: Any = None, **statistical: Any) -> bool:
+        """``measured ≥ limit``. With a ``bound`` an exclusion by default, as for :meth:`at_most`
+        (margin ``(measured − limit) / se``)."""
         m, b = float(_number(measured)), float(_number(limit))
         passed = not math.isnan(m) and m >= b
         return self.check(name, passed, kind=kind, measured=m, held_to=f"≥ {format_value(b, digits)}",
-                          digits=digits, agree=agree, **statistical)
+                          digits=digits, agree=agree, **_one_sided(name, m - b, se, statistical, kind))
 
     def true(self, name: str, passed: Any, *, kind: str, measured: Any = None, held_to: str = "true",
              agree: str | None = None, finite: bool = True, fails_if: str | None = None) -> bool:
@@ -585,9 +610,10 @@ def _intervals(name: str, interval: Any, argument: str) -> list:
 def _union(name: str, union: list) -> tuple[str, float]:
     """The common bound of the intervals and the sum of their failure probabilities."""
     bounds = list(dict.fromkeys(iv.bound for iv in union))
-    if len(bounds) != 1:
-        raise ValueError(f"{name}: the intervals of one check share one bound, got {bounds}")
-    return bounds[0], math.fsum(float(iv.failure_probability) for iv in union)
+    if len(bounds) != 1 and not all(b in GUARANTEED_BOUNDS for b in bounds):
+        raise ValueError(f"{name}: the intervals of one check share one bound, or all have guaranteed bounds "
+                         f"(their failure probabilities are then summed), got {bounds}")
+    return BOUND_JOIN.join(bounds), math.fsum(float(iv.failure_probability) for iv in union)
 
 
 def _per_interval(name: str, argument: str, value: Any, count: int) -> list[float]:
@@ -601,6 +627,38 @@ def _per_interval(name: str, argument: str, value: Any, count: int) -> list[floa
 def _intervals_text(union: list, digits: int) -> str:
     return "; ".join(f"{format_value(iv.estimate, digits)} [{format_value(iv.low, digits)}, "
                      f"{format_value(iv.high, digits)}]" for iv in union)
+
+
+def _one_sided(name: str, gap: float, se: Any, statistical: dict, kind: str) -> dict:
+    """The keywords of an at_least / at_most check: with a bound, an exclusion unless it says
+    ``excludes=False``; ``se`` gives its margin, ``gap / se`` standard errors. (A training run's t
+    interval, kind TRAINING, states its own: chapter 8 records its decisions' margins itself.)"""
+    statistical = dict(statistical)
+    if kind != TRAINING and (statistical.get("bound") is not None or statistical.get("intervals") is not None):
+        statistical.setdefault("excludes", True)
+    if se is not None:
+        if statistical.get("margin_se") is not None:
+            raise ValueError(f"{name}: pass se= or margin_se=, not both")
+        error = _optional_real(name, "se", se)
+        if not error >= 0:
+            raise ValueError(f"{name}: se must be ≥ 0, got {se!r}")
+        statistical["margin_se"] = gap / error if error > 0 else (math.inf if gap > 0 else -math.inf)
+        statistical.setdefault("excludes", True)
+    return statistical
+
+
+def _margins(name: str, value: Any) -> list[float] | None:
+    """``margin_se`` as a list: one margin, or one per step of a check over several intervals (a
+    sequence, or a tensor of more than one element)."""
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)) or _elements(value) > 1:
+        values = [_optional_real(name, "margin_se", v) for v in (value.tolist() if hasattr(value, "tolist")
+                                                                 and not isinstance(value, (list, tuple)) else value)]
+        if not values:
+            raise ValueError(f"{name}: margin_se is an empty sequence; pass at least one margin")
+        return values
+    return [_optional_real(name, "margin_se", value)]
 
 
 def _optional_real(name: str, argument: str, value: Any) -> float | None:
@@ -791,7 +849,7 @@ def kind_label(c) -> str:
     if not _recorded_level(c):
         return c["kind"]
     level = format_value(c["failure_probability"], 1)
-    if c["bound"] in GUARANTEED_BOUNDS:
+    if is_guaranteed(c["bound"]):
         text = f"{c['kind']} ({c['bound']}, failure prob. ≤ {level}"
     else:
         text = f"{c['kind']} ({c['bound']}, nominal level {level}"
@@ -810,13 +868,13 @@ def levels(checks) -> dict:
     margin in standard errors, and the names of those that state no false-failure rate."""
     voting = [_as_dict(c) for c in checks if _recorded_level(_as_dict(c))
               and _as_dict(c)["bears_on"] != DEMONSTRATION]
-    guaranteed = [c for c in voting if c["bound"] in GUARANTEED_BOUNDS]
+    guaranteed = [c for c in voting if is_guaranteed(c["bound"])]
     exclusions = [c for c in voting if c.get("excludes")]
     stated = [c for c in exclusions if c.get("false_failure") is not None]
     margins = [c["margin_se"] for c in exclusions if c.get("margin_se") is not None]
     return {"guaranteed": len(guaranteed),
             "failure_probability": math.fsum(c["failure_probability"] for c in guaranteed),
-            "nominal": [c["name"] for c in voting if c["bound"] not in GUARANTEED_BOUNDS],
+            "nominal": [c["name"] for c in voting if not is_guaranteed(c["bound"])],
             "exclusions": len(exclusions),
             "false_failure": min(1.0, math.fsum(c["false_failure"] for c in stated)) if stated else None,
             "smallest_margin_se": min(margins) if margins else None,
@@ -839,7 +897,7 @@ def levels_sentence(checks) -> str:
     if info["nominal"]:
         n = len(info["nominal"])
         named = [f"{c['name']} ({format_value(c['failure_probability'], 2)})" for c in voting
-                 if c["bound"] not in GUARANTEED_BOUNDS]
+                 if not is_guaranteed(c["bound"])]
         parts.append(f"{n} with nominal levels only (asymptotic or assuming normality): " + "; ".join(named))
     if info["exclusions"]:
         n = info["exclusions"]
