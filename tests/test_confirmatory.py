@@ -109,7 +109,8 @@ def seeds_in(data) -> set[int]:
     def walk(o, parent=""):
         if isinstance(o, dict):
             for k, v in o.items():
-                if "seed" in str(k).lower():
+                name = str(k).lower()
+                if name in ("seed", "seeds") or name.endswith(("_seed", "_seeds")):   # not "seeds_needed"
                     values = v if isinstance(v, list) else [v]
                     found.update(int(x) for x in values if isinstance(x, int) and not isinstance(x, bool))
                 digit = str(k).isdigit()
@@ -160,7 +161,7 @@ def _results():
 def test_the_seed_collector_finds_seeds_in_every_layout():
     assert seeds_in({"seeds": [0, 1], "tuning_seed": 1000, "runs": [{"seed": 9001}]}) == {0, 1, 1000, 9001}
     assert seeds_in({"runs": {"dot": {"3": {"config": {"seed": 3}}, "12": {}}}}) == {3, 12}
-    assert seeds_in({"design": {"comparison_seeds": [7], "pilot_seeds": [8]}, "steps": 5}) == {7, 8}
+    assert seeds_in({"design": {"comparison_seeds": [7], "pilot_seeds": [8]}, "steps": 5, "seeds_needed": 4}) == {7, 8}
     # checkpoints and lengths keyed by number are not seeds
     assert seeds_in({"runs": {"dot": {"4": {"checkpoints": {"500": {}}, "eval": {"8": {}}}}}}) == {4}
     assert seeds_in({"settings": [{"runs": [{"config": {"seed": 2}, "eval": {"8": {}}, "checkpoint_eval": {"50": {}}}]}]}) == {2}

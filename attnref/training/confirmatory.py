@@ -24,6 +24,7 @@ PLAN = ROOT / "data" / "experiments" / "confirmatory" / "plan.toml"
 # ATTNREF_CONFIRM_OUT / ATTNREF_CONFIRM_STEPS: a smoke test's output folder and step budget
 DIRECTORY = Path(os.environ.get("ATTNREF_CONFIRM_OUT") or PLAN.parent)
 STEPS = int(os.environ["ATTNREF_CONFIRM_STEPS"]) if os.environ.get("ATTNREF_CONFIRM_STEPS") else None
+CHEAP_FIRST = os.environ.get("ATTNREF_CONFIRM_CHEAP_FIRST") == "1"
 
 
 def _plan():
@@ -273,7 +274,9 @@ def _run_stage(items, workers: int) -> int:
                 "cpu_seconds": round(sum(r["cpu_seconds"] for r in records), 2), "runs": records}
         path.write_text(json.dumps(data, indent=1) + "\n")
 
-    tasks = sorted((t for _, _, t in todo), key=lambda t: -t.cost())
+    # the longest first (the pool's workers then end together); CHEAP_FIRST: the most settings
+    # finished soonest (a session that must stop at a fixed time commits more complete files)
+    tasks = sorted((t for _, _, t in todo), key=lambda t: t.cost() if CHEAP_FIRST else -t.cost())
     if workers <= 1:
         for t in tasks:
             write(*batched.run_task(t))
