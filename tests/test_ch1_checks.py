@@ -333,3 +333,52 @@ def test_q7_nan_weights_fail_the_gap_checks_too(monkeypatch):
     verdict, checks = run_section("Q7")
     assert {"(1) without LeakyReLU: largest gap of renormalised weights of two nodes",
             "(2) GAT: largest gap of renormalised weights (the node term matters)"} <= set(failing(checks))
+
+
+# --- issue 44 item 2: each elementwise function under its own condition; m-free checks that bite ---
+
+@pytest.mark.parametrize("factor", [0.8, 1.2])
+def test_q8_the_m_free_checks_catch_a_bias_of_the_wrong_strength(monkeypatch, factor):
+    """b = −0.8 log m and −1.2 log m kept every row sum within [σ(−B), e^B] up to m = 4096: the bound
+    checks alone passed them (round 5). The derived identity is switched to the same bias so that only
+    the m-free checks can catch it: the log–log slope of the mean row sum (±0.2) does."""
+    real = attnref.sigmoid_attention
+
+    def biased(query, key, value, *, bias=None, **kwargs):
+        return real(query, key, value, bias=-factor * math.log(key.shape[-2]) if bias is None else bias, **kwargs)
+
+    monkeypatch.setattr(attnref, "sigmoid_attention", biased)
+    verdict, checks = run_section("Q8", ("derived = (z_scores.exp() / (m + z_scores.exp())).sum(-1)",
+                                         f"derived = (z_scores.exp() / (m ** {factor} + z_scores.exp())).sum(-1)"))
+    bounds = [c for c in checks if c.name.startswith("eq-q8-bounds: largest") or c.name.startswith("eq-q8-bounds: smallest")]
+    assert len(bounds) == 2 and all(c.passed for c in bounds)      # what round 5 found: the bounds miss it
+    assert_caught("Q8", verdict, checks, "m-free: log–log slope of the mean row sum")
+
+
+def test_q8_judges_tanh_and_relu_each_under_its_own_condition():
+    """Q8's conditions name each function with its own normaliser (b = −log m is the sigmoid's only),
+    and the sigmoid's bias applied to tanh and ReLU is recorded as a counterexample that holds."""
+    verdict, checks = run_section("Q8")
+    assert verdict == claims.CONDITIONS
+    assert claims.conditions_of(checks) == ["sigmoid with a bias chosen for the length, b = −log m",
+                                            "tanh with a 1/m normaliser, w = tanh(z)/m",
+                                            "ReLU with a 1/m normaliser, w = ReLU(z)/m"]
+    wrong = [c for c in checks if c.bears_on == claims.COUNTEREXAMPLE
+             and c.name.startswith(("tanh with b = −log m", "ReLU with b = −log m"))]
+    assert len(wrong) == 3 and all(c.passed for c in wrong)
+
+
+@pytest.mark.parametrize("original, mutant, caught_by", [
+    ("q8_other[\"tanh mass\"].append((torch.tanh(z_scores).abs().sum(-1) / m))",
+     "q8_other[\"tanh mass\"].append((torch.tanh(z_scores).abs().sum(-1) / math.sqrt(m)))",
+     "largest Σ_j |tanh z_j|/m"),
+    ("q8_other[\"relu sum\"].append(torch.relu(z_scores).sum(-1) / m)",
+     "q8_other[\"relu sum\"].append(torch.relu(z_scores - math.log(m)).sum(-1))",
+     "m-free: log–log slope of the mean Σ_j ReLU(z_j)/m"),
+    ("q8_other[\"relu sum\"].append(torch.relu(z_scores).sum(-1) / m)",
+     "q8_other[\"relu sum\"].append(torch.relu(z_scores).sum(-1) / math.sqrt(m))",
+     "largest Σ_j ReLU(z_j)/m"),
+], ids=["tanh over √m", "ReLU under the sigmoid's bias", "ReLU over √m"])
+def test_q8_a_wrong_condition_for_tanh_or_relu_is_caught(original, mutant, caught_by):
+    verdict, checks = run_section("Q8", (original, mutant))
+    assert_caught("Q8", verdict, checks, caught_by)
