@@ -307,3 +307,37 @@ def test_the_chapter_text_links_forward_to_the_later_claims_of_its_answer(number
 def test_chapter_5_names_h5_as_the_answer_to_the_comment_on_arxiv_1906_07510():
     h5 = _markdown("05-multi-head.ipynb").split("(claim-h5)=")[1].split("(claim-h6)=")[0]
     assert "1906.07510" in h5 and "H5" in h5
+
+
+# --- issue 44 item 12: the seed items closed in chapters 1, 4 and 6c ----------------------------------
+
+def _markdown_section(notebook: str, anchor: str) -> str:
+    import json
+    from pathlib import Path
+    cells = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / notebook).read_text())["cells"]
+    text = ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"]
+    start = next(i for i, t in enumerate(text) if f"({anchor})=" in t)
+    return text[start]
+
+
+def test_q5_says_the_threads_ffn_lacks_w2():
+    """The thread describes the feed-forward step as one matrix and an activation: Q5 says the
+    Transformer's FFN has a second matrix W₂ and what it does."""
+    section = _markdown_section("01-nonlinearity.ipynb", "claim-q5")
+    before = section.split("````{prf:proposition}")[0]
+    assert "source thread" in before and "$W_2$" in before and "second matrix" in before
+
+
+def test_c3_says_what_the_papers_footnote_concerns():
+    section = _markdown_section("04-cosine-vs-dot.ipynb", "claim-c3")
+    before = section.split("````{prf:proposition}")[0]
+    assert "footnote" in before and "vaswani2017attention" in before and "trained" in before
+
+
+def test_g1s_condition_names_the_keys_before_the_rotary_positions():
+    import json
+    from pathlib import Path
+    cells = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "06c-qk-norm-model.ipynb").read_text())["cells"]
+    g1 = [o["metadata"]["attnref_verdict"] for c in cells for o in c.get("outputs", [])
+          if o.get("metadata", {}).get("attnref_verdict", {}).get("id") == "G1"]
+    assert len(g1) == 1 and any("before the rotary positions" in name for name in g1[0]["conditions"])
