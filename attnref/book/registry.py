@@ -158,6 +158,12 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
     _C("N2", "batchnorm-modes", 10, "BatchNorm computes a different function in evaluation (running statistics) than in training (the batch's statistics).", HOLDS),
     _C("N3", "batchnorm-future", 10, "Behind causal attention, a norm with statistics over the batch's tokens (BatchNorm) leaks later positions into earlier outputs; LayerNorm and RMSNorm do not.", HOLDS),
     _C("N4", "rmsnorm-centring", 10, r"RMSNorm is LayerNorm without the centring: both map a token to norm $\sqrt d$ and neither is linear (C6's premise and L2 alike), and they differ by $\sqrt{2 - 2\sqrt{1-\rho^2}}$ of the norm, $\rho$ the token's mean over its root mean square.", HOLDS),
+    # 10b · No privileged basis, and a gate after attention (issue 45; notebooks/10b-basis-and-gates)
+    _C("P1", "no-privileged-basis", 10, r"The residual stream of a pre-norm Transformer that meets only linear maps and RMSNorm has no privileged basis: any orthogonal change of the stream's basis, compensated in every weight (embedding $EQ$, read-ins $Q^\top \operatorname{diag}(g) W$ with the gains folded, write-outs $WQ$, the unembedding), leaves the logits unchanged — SmolLM2 and Gemma 3 included.", HOLDS, "notebooks/10b-basis-and-gates"),
+    _C("P2", "layernorm-basis", 10, r"A LayerNorm Transformer has no privileged basis either: any orthogonal change of the stream's basis, compensated in the weights, leaves it unchanged.", CONDITIONS, "notebooks/10b-basis-and-gates"),
+    _C("P3", "activation-privileges-axes", 10, r"A stack with an elementwise activation on the stream, $\mathrm{ReLU}(x + F(x))$ (D3), has no privileged basis either.", CONDITIONS, "notebooks/10b-basis-and-gates"),
+    _C("S1", "gated-value-path", 10, r"A sigmoid gate between attention and $W^O$ makes a head's value-to-output map depend on the token: for fixed attention weights the head is no longer linear in its input, no longer the one fixed matrix $W_V W^O$ of L1.", HOLDS, "notebooks/10b-basis-and-gates"),
+    _C("S2", "gate-adds-rank", 10, r"The gate lifts the head's low-rank bottleneck: a gated head can write to more than $d_v$ directions of the stream.", FAILS, "notebooks/10b-basis-and-gates"),
 ]}
 
 @dataclass(frozen=True)
