@@ -309,3 +309,24 @@ def test_the_stages_are_resumable_and_name_the_voting_settings(tmp_path, monkeyp
     assert ("E1", "n = 8", "relu_qkv") in voting and ("E1", "n = 8", "gate") not in voting
     assert {("E2", f"depth {d}", v) for d in (2, 4, 8) for v in ("post", "post_relu", "post_branch_relu")} <= voting
     assert ("E6", "lr 3e-3", "dot") not in voting and ("E6", "lr 1e-1", "dot") in voting
+
+
+def test_readings_use_the_checkpoint_at_the_budget_and_the_experiment_s_delta(tmp_path, monkeypatch):
+    from attnref.training import confirmatory
+    from attnref.training.train import training_code_hash
+
+    monkeypatch.setattr(confirmatory, "DIRECTORY", tmp_path)
+    (tmp_path / "seeds.json").write_text(json.dumps({"plan_sha256": ex.plan_hash(PLAN), "training_code_hash": training_code_hash(),
+                                                     "delta": {e: 0.1 for e in ex.IDS}}))
+    (tmp_path / "comparisons").mkdir()
+    rng = np.random.default_rng(2)
+    at_b = {"h = 1": 0.4 + 0.02 * rng.standard_normal(30), "h = 4": 0.7 + 0.02 * rng.standard_normal(30)}
+    for variant, values in at_b.items():
+        # the runs go on to 2 B = 350 steps: the final eval (0.99) must not be read, the checkpoint at B = 175 must
+        runs = [{"eval": {"8": {"accuracy": 0.99}}, "checkpoint_eval": {"175": {"8": {"accuracy": float(v)}}}} for v in values]
+        (tmp_path / "comparisons" / f"{confirmatory._slug(f'E7 | n = 8 | {variant}')}.json").write_text(json.dumps({"runs": runs}))
+    rows = confirmatory.readings()
+    assert [r["key"] for r in rows] == ["h = 4 - h = 1"]
+    r = rows[0]
+    assert r["estimate"] == pytest.approx(float(np.mean(at_b["h = 4"] - at_b["h = 1"])))
+    assert r["delta"] == 0.1 and r["reading"] == confirm.CLAIM and r["margin_se"] > 0 and r["false_failure"] < 1e-6

@@ -358,6 +358,69 @@ def step0_attention(seeds_list=None) -> dict:
     return out
 
 
+# Readings of the finished comparisons -------------------------------------------------------------------
+
+def _values(s, side: str, found_runs: dict) -> list[float] | None:
+    """Held-out accuracy per comparison seed of one side of a plan key ("v", "v@32", "v@2x") at the
+    plan's budget B of ``s``'s experiment (a checkpoint of the 2 B runs); None if not trained yet."""
+    variant, _, at = side.strip().partition("@")
+    records = found_runs.get(variant.strip())
+    if records is None:
+        return None
+    data, setting = records
+    n = str(setting.n if not at or at.endswith("x") else int(at))
+    if at.endswith("x"):                                  # "@2x": the checkpoint at 2 x the attention budget
+        step = int(at[:-1]) * s.steps
+    else:
+        step = setting.steps
+    out = []
+    for r in data["runs"]:
+        point = (r.get("checkpoint_eval") or {}).get(str(step))
+        out.append(point[n]["accuracy"] if point is not None else r["eval"][n]["accuracy"])
+    return out
+
+
+def readings() -> list[dict]:
+    """Every named comparison of the synthetic plan whose settings are trained (comparisons/): its
+    paired t interval at B, the rule's reading against the experiment's δ (seeds.json), the
+    decision's margin in SE and false-failure probability, and the rule's characteristic at the
+    realised sd. Shown by the chapter; the verdicts also need the grid (stage 4)."""
+    from attnref.training import confirm
+    from attnref.training.results import paired_t
+
+    plan, found = _settings()
+    deltas = load("seeds.json")["delta"]
+    rows = []
+    for e, items in found.items():
+        for c in plan[e].get("compare", []):
+            for g in c.get("groups", [x["name"] for x in plan[e]["groups"]]):
+                trained = {}
+                for s in items:
+                    if s.group == g:
+                        path = DIRECTORY / "comparisons" / f"{_slug(f'{e} | {g} | {s.variant}')}.json"
+                        if path.exists():
+                            trained[s.variant] = (json.loads(path.read_text()), s)
+                base = next(s for s in items if s.group == g)
+                a, b = c["key"].split(" - ")
+                va, vb = _values(base, a, trained), _values(base, b, trained)
+                if va is None or vb is None:
+                    continue
+                delta = deltas[e]
+                bound, relation = {"better": (delta, ">"), "as good": (-delta, ">"), "no gain": (delta, "<")}[c["claim"]]
+                diffs = [x - y for x, y in zip(va, vb)]
+                interval = paired_t(diffs)
+                read = confirm.reading(interval, bound, relation)
+                # the margin of the side read (the claim's side unless the opposite was reached)
+                margin = confirm.decision_margin(diffs, bound, relation if read != confirm.OPPOSITE
+                                                 else ("<" if relation == ">" else ">"))
+                rows.append({"experiment": e, "group": g, "key": c["key"], "claim": c["claim"], "votes": c["votes"],
+                             "delta": delta, "estimate": interval.estimate, "low": interval.low, "high": interval.high,
+                             "reading": read, "margin_se": margin["margin_se"],
+                             "false_failure": margin["false_failure"],
+                             "characteristic": confirm.realised_characteristic(diffs, delta)})
+    return rows
+
+
 if __name__ == "__main__":
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     stage = sys.argv[1] if len(sys.argv) > 1 else ""
@@ -374,6 +437,13 @@ if __name__ == "__main__":
     elif stage == "comparisons":
         print(f"comparisons: {comparisons(workers)} settings trained")
         step0_attention()
+    elif stage == "readings":
+        for r in readings():
+            c = r["characteristic"]
+            print(f"{r['experiment']} {r['group']}: {r['key']} ({r['claim']}, δ {r['delta']:g}{'' if r['votes'] else ', shown'}): "
+                  f"{r['estimate']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}] -> {r['reading']}; margin {r['margin_se']:+.2f} SE, "
+                  f"false failure {r['false_failure'] if r['false_failure'] is None else round(r['false_failure'], 3)}; "
+                  f"at sd {c['sd']:.3f}: P(no gain | 0) {c['p_no_gain_at_0']:.2f}, P(better | 2δ) {c['p_better_at_2delta']:.2f}")
     elif stage == "grid":
         print(f"shared-rate grid: {grid(workers)} settings trained")
     else:
