@@ -357,3 +357,61 @@ def test_a_sentence_measured_again_gives_the_stored_sums(stored, key):
         stored_value = data[f"{key}_{name}"][0]
         assert torch.allclose(again[name], stored_value, rtol=1e-4, atol=1e-6), name
     assert again["identity_error"].max() <= 1e-5
+
+
+# --- attnref audit runs W2 and N4 with the chapter's functions ------------------------------------------
+
+def _fake_model(first_weights):
+    """A stand-in for attnref.audit.families.Loaded: one block whose heads put ``first_weights[h][t]``
+    on the first token in row t (the rest spread evenly), and a random residual stream."""
+    from attnref.audit.families import Run
+    h, n = len(first_weights), len(first_weights[0])
+    w = torch.zeros(h, n, n, dtype=torch.float64)
+    for head, row_weights in enumerate(first_weights):
+        for t, m in enumerate(row_weights):
+            w[head, t, 0] = m if t else 1.0
+            if t:
+                w[head, t, 1:t + 1] = (1 - m) / t
+    hidden = [torch.randn(n, 16, generator=torch.Generator().manual_seed(0)) + 0.3 for _ in range(2)]
+
+    class Fake:
+        causal = True
+        run = staticmethod(lambda ids: Run(hidden, None, None, [w]))
+    return Fake()
+
+
+def _audit_verdict(cid, model):
+    from attnref.audit import recheck_ch10, rechecks
+    from attnref.book import claims
+    measure, record = rechecks.EXTENSIONS[cid]
+    assert (measure, record) == {"W2": (recheck_ch10.measure_w2, recheck_ch10.record_w2),
+                                 "N4": (recheck_ch10.measure_n4, recheck_ch10.record_n4)}[cid]
+    m = {cid: measure(model, None, list(range(6)), None)}
+    evidence = rechecks._Recheck(cid, "a checkpoint")            # what the audit records into
+    record(evidence, m)
+    return claims.decide(evidence.checks), evidence.checks
+
+
+def test_the_audit_decides_w2_by_the_chapters_rule():
+    from attnref.audit import rechecks
+    rechecks.load_extensions()
+    agree = _fake_model([[0, 0.8, 0.8, 0.7, 0.9, 0.8], [0, 0.6, 0.6, 0.525, 0.675, 0.6]])   # proportional rows
+    verdict, _ = _audit_verdict("W2", agree)
+    assert verdict == "holds"
+    disagree = _fake_model([[0, 0.95, 0.6, 0.95, 0.6, 0.95], [0, 0.55, 0.95, 0.55, 0.95, 0.55]])
+    verdict, checks = _audit_verdict("W2", disagree)
+    assert verdict == "not established" and any("median over its" in c.name and not c.passed for c in checks)
+    no_sink = _fake_model([[0, 0.1, 0.1, 0.1, 0.1, 0.1], [0, 0.2, 0.2, 0.2, 0.2, 0.2]])
+    verdict, checks = _audit_verdict("W2", no_sink)
+    assert verdict == "not established" and any("sink blocks" in c.name and not c.passed for c in checks)
+
+
+def test_the_audit_decides_n4_by_the_chapters_check(monkeypatch):
+    from attnref.audit import rechecks
+    rechecks.load_extensions()
+    model = _fake_model([[0, 0.5, 0.5, 0.5, 0.5, 0.5], [0, 0.5, 0.5, 0.5, 0.5, 0.5]])
+    assert _audit_verdict("N4", model)[0] == "holds"
+    original = norms.centring_gap
+    monkeypatch.setattr(norms, "centring_gap", lambda x, eps=1e-6: original(x + 0.5, eps))
+    verdict, checks = _audit_verdict("N4", model)
+    assert verdict != "holds" and any("formula from measured ρ" in c.name and not c.passed for c in checks)
