@@ -417,6 +417,10 @@ def test_internal_links_resolve(crawl: Crawl) -> None:
     assert not broken, "broken internal links:\n" + "\n".join(broken)
 
 
+#: The addresses book/references.bib cites (a cited project's repository is a reference, not a button).
+CITED = {u.rstrip("/") for u in re.findall(r"url\s*=\s*\{([^}]*)\}", (ROOT / "book" / "references.bib").read_text())}
+
+
 def repository() -> tuple[str, str]:
     """``repository.url`` and ``repository.branch`` of ``_config.yml`` (the url may be empty)."""
     config = (yaml.safe_load((ROOT / "_config.yml").read_text()) or {}).get("repository") or {}
@@ -436,9 +440,9 @@ def test_download_buttons_and_repository_buttons_only_with_an_address(crawl: Cra
         wanted = {"download": f"{crawl.base}_sources/{stem}{suffix}"}
         if url:
             wanted |= {"source": f"{url}/blob/{branch}/{stem}{suffix}", "edit": f"{url}/edit/{branch}/{stem}{suffix}"}
-        else:   # no address: no button may point at a guessed repository
+        else:   # no address: no button may point at a guessed repository (a reference may cite a project's)
             problems += [f"{path}: a repository link without repository.url: {link}" for link in links
-                         if re.match(r"https://(github\.com|gitlab\.com)/", link)]
+                         if re.match(r"https://(github\.com|gitlab\.com)/", link) and link.rstrip("/") not in CITED]
         problems += [f"{path}: no {name} button ({want})" for name, want in wanted.items() if want not in links]
         problems += [f"{path}: a launch button ({link})" for link in links
                      if "mybinder.org" in link or "colab.research.google.com" in link]

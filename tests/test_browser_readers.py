@@ -13,6 +13,9 @@ Chromium at 360 and 390 px (phones: touch, 3x pixels, as a phone browser lays pa
   reference's "$O(n^2)$").
 * Every verdict badge's text is at least 4.5:1 on its badge, light and dark, and each verdict has
   its own sign besides its colour ("premise fails here" was white on orange, 2.45:1).
+* Chapter 8 reaches its last verdict in under 60 phone screens, its opening table side by side.
+* A "Show code / Hide code" switch on chapter pages; every page's footer names its build's date and
+  commit; the glossary defines the domain terms (pre-LN, RoPE, QK-norm, Parseval frame, GQA).
 * The movable figures: each slider tells a screen reader the value shown (aria-valuetext; the
   log-scale sliders announced log10 of it, "1.806" for 64); the marker stands out from the page
   background in dark mode (>= 3:1; it was black on the dark page, 1.12:1), and so does the plot's
@@ -165,8 +168,37 @@ async def _landing_links(page, base: str) -> list[str]:
     return [h[len(base):] for h in links]
 
 
+# Chapter 8 on a phone: the page's height and where its last verdict ends, in screens; its opening
+# table's column names.
+CHAPTER_8 = """() => {
+  const boxes = Array.from(document.querySelectorAll(".verdict-box"));
+  const last = boxes[boxes.length - 1];
+  const heads = Array.from(document.querySelectorAll(".chapter-verdicts thead th")).map((th) => th.textContent.trim());
+  return {screens: document.documentElement.scrollHeight / innerHeight,
+          lastVerdict: last ? (last.getBoundingClientRect().bottom + scrollY) / innerHeight : null, heads,
+          rows: document.querySelectorAll(".chapter-verdicts tbody tr").length};
+}"""
+
+
+# The "Show code / Hide code" switch: visible in the header, and a click opens every code fold, a
+# second folds them again.
+CODE_SWITCH = """() => {
+  const button = document.querySelector(".article-header-buttons .code-switch");
+  const folds = Array.from(document.querySelectorAll(".bd-article details.hide.above-input"));
+  if (!button) return {button: false, folds: folds.length};
+  const r = button.getBoundingClientRect();
+  const before = folds.filter((d) => d.open).length, label0 = button.textContent;
+  button.click();
+  const opened = folds.filter((d) => d.open).length, label1 = button.textContent;
+  button.click();
+  return {button: true, visible: r.width > 0 && r.right <= innerWidth, folds: folds.length, before, opened,
+          after: folds.filter((d) => d.open).length, labels: [label0, label1]};
+}"""
+
+
 async def _measure(site: Path) -> dict:
-    facts: dict = {"landing": {}, "inline": {}, "tex": {}, "sideways": {}, "badges": {}, "figures": {}}
+    facts: dict = {"landing": {}, "inline": {}, "tex": {}, "sideways": {}, "badges": {}, "figures": {}, "ch8": {}, "stamp": {},
+                   "switch": {}}
     pages = pages_of(site)
     with site_build.serve(site) as (base, _):
         async with playwright_api.async_playwright() as playwright:
@@ -190,6 +222,12 @@ async def _measure(site: Path) -> dict:
                 for path in pages:
                     await page.goto(base + path, wait_until="load")
                     await page.wait_for_function("document.documentElement.dataset.mathFitted === 'yes'")
+                    if path == "notebooks/08-training.html":
+                        facts["ch8"][width] = await page.evaluate(CHAPTER_8)
+                    facts["stamp"][(width, path)] = await page.evaluate(
+                        "(document.querySelector('.build-stamp') || {textContent: ''}).textContent")
+                    if path == "notebooks/04-cosine-vs-dot.html":
+                        facts["switch"][width] = await page.evaluate(CODE_SWITCH)
                     facts["inline"][(width, path)] = await page.evaluate(INLINE_TOO_WIDE)
                     facts["tex"][(width, path)] = await page.evaluate(TEX_AS_TEXT)
                     facts["sideways"][(width, path)] = await page.evaluate(
@@ -293,3 +331,47 @@ def test_h4_says_its_counts_exactly(facts) -> None:
     more = fused - min(counts.score_multiply_adds(n, d, dk, m), counts.score_multiply_adds(n, d, dk, m, absorbed=True))
     assert f"costs {more:,} more" in h4[0]["text"], (more, h4[0]["text"])
     assert f"fused {fused:,}" in h4[0]["text"], (fused, h4[0]["text"])
+
+
+MAX_CH8_SCREENS = 60   # issue 47 item 7: phone screens (of 740 px) to the end of chapter 8's last verdict
+
+
+@pytest.mark.parametrize("width", PHONES)
+def test_chapter_8_reaches_its_last_verdict_in_under_60_phone_screens(facts, width) -> None:
+    """Chapter 8 was 157 screens of 740 px at 360 px, its last verdict at 141: every setting's
+    per-seed table, the portability, effects and power tables and the failed checks' evidence
+    open. Folded now (cells tagged hide-output; failed evidence folded on a phone), and the opening
+    table puts the synthetic and text verdicts side by side."""
+    ch8 = facts["ch8"][width]
+    assert ch8["lastVerdict"] is not None and ch8["lastVerdict"] < MAX_CH8_SCREENS, ch8
+
+
+def test_chapter_8_opens_with_the_verdicts_side_by_side(facts) -> None:
+    ch8 = facts["ch8"][1400]
+    assert any(h.startswith("On Text") for h in ch8["heads"]), ch8["heads"]
+    from attnref.book import registry
+    claims = [c for c in registry.CLAIMS.values() if c.chapter == 8]
+    assert ch8["rows"] == len(claims), ch8   # one row per claim, not one per verdict
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_switch_shows_and_folds_all_code(facts, width) -> None:
+    switch = facts["switch"][width]
+    assert switch["button"] and switch["visible"], switch
+    assert switch["before"] == 0 and switch["opened"] == switch["folds"] > 1 and switch["after"] == 0, switch
+    assert switch["labels"] == ["Show code", "Hide code"], switch
+
+
+def test_every_page_says_when_and_from_which_commit_it_was_built(facts) -> None:
+    missing = [path for (w, path), text in facts["stamp"].items() if w == 1400
+               and not re.fullmatch(r"Built \d{4}-\d\d-\d\d( from commit [0-9a-f]{10}( \+ changes)?)?\.", text.strip())]
+    assert not missing, f"pages without the build's date and commit: {missing}"
+
+
+GLOSSARY_TERMS = ("pre-ln", "rope", "qk-norm", "parseval-frame", "gqa")
+
+
+def test_the_glossary_defines_the_domain_terms(site: Path) -> None:
+    text = (site / "book" / "glossary.html").read_text(encoding="utf-8")
+    missing = [term for term in GLOSSARY_TERMS if f'id="glossary-{term}"' not in text]
+    assert not missing, f"glossary terms without an entry: {missing}"

@@ -23,6 +23,7 @@ title page and
   (each claim's section: ``L1 · Linear maps in a row collapse …``);
 * prints a page number (and the chapter's title) on every page but the title page, from a second
   Chromium print of running headers laid over the pages, and sets the page labels to match;
+* names the document's language (``/Lang``, for screen readers);
 * stores the fonts the parts share once, and each figure (a PNG of a few colours, which Chromium
   writes as 24-bit RGB) with an indexed colour space: lossless, 3.3 -> 1.9 MB for the book.
 
@@ -57,6 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
 DEFAULT_SITE = ROOT / "_build" / "html"
 DEFAULT_OUT = ROOT / "_build" / "downloads" / "attention-claims.pdf"
+LANGUAGE = "en"   # the PDF's /Lang (the site's language, _config.yml: en)
 TITLE_PAGE = "(title page)"   # printed from the first page, its article replaced by the title
 ARTICLE = re.compile(r'<article class="bd-article"[^>]*>(.*?)</article>', re.S)
 MARGINS = {"top": "16mm", "bottom": "16mm", "left": "14mm", "right": "14mm"}
@@ -526,7 +528,7 @@ def merge(results: list[dict], heads_pdf: Path | None, out: Path) -> dict:
     from urllib.parse import unquote, urlsplit
 
     from pypdf import PdfReader, PdfWriter
-    from pypdf.generic import ArrayObject, Fit, FloatObject, NameObject, NullObject, NumberObject
+    from pypdf.generic import ArrayObject, Fit, FloatObject, NameObject, NullObject, NumberObject, TextStringObject
 
     writer = PdfWriter()
     starts, dests = {}, {}   # page path -> first page index; (page path, id) -> (page index, top)
@@ -622,6 +624,8 @@ def merge(results: list[dict], heads_pdf: Path | None, out: Path) -> dict:
     counts["indexed"] = indexed_images(writer)
     writer.compress_identical_objects(remove_duplicates=True, remove_unreferenced=True)
     writer.add_metadata({"/Title": "attention-claims", "/Creator": "tools/make_pdf.py (Chromium, pypdf)"})
+    # the document's language (PDF 1.4 catalogue /Lang): a screen reader reads the book as English
+    writer._root_object[NameObject("/Lang")] = TextStringObject(LANGUAGE)
     writer.page_mode = "/UseOutlines"
     with out.open("wb") as handle:
         writer.write(handle)

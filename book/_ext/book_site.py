@@ -19,6 +19,7 @@
   its symbols (``√d_k``), not its TeX source.
 * A formula that reached a page as text (a value glued from a notebook, ``$d_k = 16$``) is made
   a formula (:func:`stray_math`).
+* Every page's footer says when the site was built and from which commit (:func:`build_stamp`).
 * Page weight: folded code is not syntax-highlighted (:func:`plain_folded_code`) and a notebook's
   figures load lazily (:func:`lazy_figures`).
 * The ``{downloads}`` directive lists the files that ``make bundle`` and ``make pdf`` put in
@@ -153,9 +154,34 @@ def configure(app: Sphinx, config) -> None:
     if not has_repository:
         options.pop("repository_url", None)
     options["launch_buttons"] = {}        # see the module docstring: the bundle instead
+    options["extra_footer"] = (options.get("extra_footer") or "") + build_stamp(options.get("repository_url"))
     # the measured numbers a reader plans by (book/_data/numbers.yml), as the bundle's README says them
     import reader_numbers
     config.myst_substitutions = {**(getattr(config, "myst_substitutions", None) or {}), **reader_numbers.phrases()}
+
+
+def build_stamp(repository_url: str | None = None) -> str:
+    """The footer line of every page: the build's date (UTC, or ``SOURCE_DATE_EPOCH``) and the commit
+    it was built from (``+ changes`` when the working tree differed), linked when the repository
+    has an address. Nothing about the machine."""
+    import datetime
+    import subprocess
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    when = (datetime.datetime.fromtimestamp(int(epoch), datetime.timezone.utc) if epoch and epoch.isdigit()
+            else datetime.datetime.now(datetime.timezone.utc)).strftime("%Y-%m-%d")
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=20).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    commit = git("rev-parse", "HEAD")
+    if not re.fullmatch(r"[0-9a-f]{40}", commit):
+        return f'<p class="build-stamp">Built {when}.</p>'
+    dirty = " + changes" if git("status", "--porcelain", "--untracked-files=no") else ""
+    short = commit[:10]
+    url = (repository_url or "").strip().rstrip("/")
+    shown = f'<a href="{url}/commit/{commit}"><code>{short}</code></a>' if url else f"<code>{short}</code>"
+    return f'<p class="build-stamp">Built {when} from commit {shown}{dirty}.</p>'
 
 
 def keywords(questions: list[str]) -> list[str]:

@@ -23,7 +23,7 @@ import json
 import re
 from pathlib import Path
 
-from .markup import _badge, _container, _ref, _table, escape, inline
+from .markup import _badge, _container, _ref, _role_text, _table, escape, inline
 from .scan import Book, VerdictOutput, registry
 
 ANSWERS_PATH = Path("book") / "_data" / "answers.yml"
@@ -212,13 +212,34 @@ def render_chapter_top(book: Book, answers: dict, notebook: str) -> str:
     scan = book.scan_of(notebook)
     if scan is None or not scan.verdicts:
         return ""
+    def link(v: VerdictOutput, text: str | None = None) -> str:
+        text = text or _label(v, compact=True)
+        return _ref(text, v.target) if v.target in scan.targets else escape(text)
+
     rows = []
-    for v in scan.verdicts:
-        link = _ref(_label(v, compact=True), v.target) if v.target in scan.targets else escape(_label(v, compact=True))
-        statement = inline(registry.CLAIMS[v.id].statement) if v.id in registry.CLAIMS else ""
-        rows.append([link, statement, _badge(v.verdict), short_reason(answers, v)])
-    lines = _container(_table(["ID", "Claim", "Verdict", "Why"], rows, ["l", "l", "l", "l"]),
-                       "claims-table chapter-verdicts")
+    own = {v.id: v for v in scan.verdicts if v.model is None}
+    models = list(dict.fromkeys(v.model for v in scan.verdicts if v.model is not None))
+    if own and models and all(v.id in own for v in scan.verdicts if v.model is not None):
+        # A chapter that decides its claims and decides them again elsewhere (chapter 8: synthetic
+        # tasks and real text): one row per claim, the verdicts side by side (a row per verdict had
+        # made the table 3.9 phone screens long, the text verdicts after all the synthetic ones).
+        again = {(v.id, v.model): v for v in scan.verdicts if v.model is not None}
+        for v in own.values():
+            statement = inline(registry.CLAIMS[v.id].statement) if v.id in registry.CLAIMS else ""
+            names = [f"On {registry.MODELS[m].short}" if m in registry.MODELS else f"On {m}" for m in models]
+            # on a phone the table becomes cards: each second verdict says where it was reached
+            cells = [f"{{phone-label}}`{_role_text(name)}:` " + (f"{_badge(again[v.id, m].verdict)} {link(again[v.id, m], 'why')}"
+                                                     if (v.id, m) in again else "not run")
+                     for name, m in zip(names, models)]
+            rows.append([link(v), statement, _badge(v.verdict), *cells, short_reason(answers, v)])
+        names = [f"On {registry.MODELS[m].short}" if m in registry.MODELS else f"On {m}" for m in models]
+        table = _table(["ID", "Claim", "Verdict", *names, "Why"], rows, ["l"] * (4 + len(models)))
+    else:
+        for v in scan.verdicts:
+            statement = inline(registry.CLAIMS[v.id].statement) if v.id in registry.CLAIMS else ""
+            rows.append([link(v), statement, _badge(v.verdict), short_reason(answers, v)])
+        table = _table(["ID", "Claim", "Verdict", "Why"], rows, ["l", "l", "l", "l"])
+    lines = _container(table, "claims-table chapter-verdicts")
     number = chapter_number(notebook)
     later = []
     for thread in threads_of_chapter(answers, number) if number and number < min(LATER_CHAPTERS) else []:

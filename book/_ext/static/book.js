@@ -10,6 +10,7 @@
 //   sphinx-book-theme 1.3.0) wire only the FIRST .primary-toggle / .secondary-toggle of the page,
 //   which sphinx-book-theme hides, so the visible buttons did nothing after a click
 //   (pydata-sphinx-theme#2451). A click on any other toggle is handed to the wired one.
+// * A "Show code / Hide code" switch in a chapter's header opens or folds all its code (codeSwitch).
 // * A link into a page lands on its heading and stays there while formulas and figures above it
 //   take their size (holdTarget).
 // * Math in the search page's results is typeset as the results arrive, and each result's
@@ -353,6 +354,43 @@
     if (window.MathJax && MathJax.startup && MathJax.startup.promise) { MathJax.startup.promise.then(place); }
     place();
   }
+  // On a phone a verdict's evidence with a failed check starts folded like the others (its summary
+  // says "12/17 checks ✓ · 5 ✗"): open, each filled 4-7 screens of chapter 8. Wider screens show it open.
+  function foldFailedEvidenceOnPhones() {
+    if (!(window.matchMedia && window.matchMedia(PHONE).matches)) { return; }
+    var folds = document.querySelectorAll("details.evidence-failed[open]"), target = null;
+    try { target = location.hash ? document.getElementById(decodeURIComponent(location.hash.slice(1))) : null; } catch (e) { target = null; }
+    for (var i = 0; i < folds.length; i++) {
+      if (!target || !folds[i].contains(target)) { folds[i].open = false; }   // a link into it keeps it open
+    }
+  }
+  // A switch in the page's header that shows or folds all of a chapter's code at once (the folds
+  // are MyST-NB's, one per cell tagged hide-input); its label says what a click will do.
+  function codeSwitch() {
+    var folds = Array.prototype.slice.call(document.querySelectorAll(".bd-article details.hide.above-input"));
+    var bar = document.querySelector(".article-header-buttons");
+    if (folds.length < 2 || !bar) { return; }
+    var button = document.createElement("button");
+    button.type = "button";
+    button.className = "btn btn-sm code-switch";
+    function allOpen() { return folds.every(function (d) { return d.open; }); }
+    function label() {
+      var open = allOpen();
+      button.textContent = open ? "Hide code" : "Show code";
+      button.title = (open ? "Fold all " : "Show all ") + folds.length + " code cells of this page";
+      button.setAttribute("aria-pressed", open ? "true" : "false");
+    }
+    button.addEventListener("click", function () {
+      var open = !allOpen();
+      folds.forEach(function (d) { d.open = open; });
+      label();
+    });
+    document.addEventListener("toggle", function (event) {
+      if (folds.indexOf(event.target) !== -1) { label(); }
+    }, true);
+    bar.insertBefore(button, bar.firstChild);
+    label();
+  }
   function start() {
     labelTables();
     document.addEventListener("toggle", function (event) {   // a table unfolded on a phone
@@ -378,6 +416,8 @@
   ready(wireToggles);
   ready(closeDrawersOnNavigation);
   ready(typesetSearchResults);
+  ready(foldFailedEvidenceOnPhones);
+  ready(codeSwitch);
   ready(holdTarget);
   readableSnippets();
   ready(start);
