@@ -393,13 +393,13 @@
           series.push({name: c.name, xs: data.thetas, ys: c.log10_error, color: colour});
           markers.push({x: theta, y: c.log10_error[i], color: colour});
           values[c.name] = c.log10_error[i];
-          parts.push(c.name + " " + (c.log10_error[i] <= data.floor ? "0 (below 1e" + data.floor + ")" :
-                                     "1e" + fmt(c.log10_error[i])));
+          parts.push(c.name + " " + (c.log10_error[i] <= data.floor ? "at round-off (below 1e" + data.floor + ")" :
+                                     fmt(Math.pow(10, c.log10_error[i]))));
         });
         return {spec: {series: series, xmin: 0, xmax: Math.PI, ymin: data.floor - 0.5, ymax: 1, markers: markers,
                        xlabel: "angle θ (radians)", ylabel: "log10 relative error"},
                 value: values[data.curves[0].name], values: values,
-                text: "θ = " + fmt(theta) + " rad — " + parts.join("; ") + "."};
+                text: "θ = " + fmt(theta) + " rad, relative error — " + parts.join("; ") + "."};
       }
     }
   };
