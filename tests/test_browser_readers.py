@@ -14,7 +14,8 @@ Chromium at 360 and 390 px (phones: touch, 3x pixels, as a phone browser lays pa
 * Every verdict badge's text is at least 4.5:1 on its badge, light and dark, and each verdict has
   its own sign besides its colour ("premise fails here" was white on orange, 2.45:1).
 * Chapter 8 reaches its last verdict in under 60 phone screens, its opening table side by side.
-* A "Show code / Hide code" switch on chapter pages; every page's footer names its build's date and
+* Hover previews of equations, glossary terms and references (desktop; none on a touch screen);
+  a "Show code / Hide code" switch on chapter pages; every page's footer names its build's date and
   commit; the glossary defines the domain terms (pre-LN, RoPE, QK-norm, Parseval frame, GQA).
 * The movable figures: each slider tells a screen reader the value shown (aria-valuetext; the
   log-scale sliders announced log10 of it, "1.806" for 64); the marker stands out from the page
@@ -375,3 +376,55 @@ def test_the_glossary_defines_the_domain_terms(site: Path) -> None:
     text = (site / "book" / "glossary.html").read_text(encoding="utf-8")
     missing = [term for term in GLOSSARY_TERMS if f'id="glossary-{term}"' not in text]
     assert not missing, f"glossary terms without an entry: {missing}"
+
+
+PREVIEW_LINKS = {"equation": "a.reference.internal[href^='#equation-']",
+                 "glossary term": "a.reference.internal[href*='glossary.html#']",
+                 "reference": "a.reference.internal[href*='references.html#']"}
+
+
+async def _previews(site: Path) -> dict:
+    found: dict = {}
+    with site_build.serve(site) as (base, _):
+        async with playwright_api.async_playwright() as playwright:
+            browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                                       args=[*CHROMIUM_ARGS, f"--proxy-server={base.rstrip('/')}"])
+            for width in WIDTHS:
+                phone = width in PHONES
+                context = await browser.new_context(viewport={"width": width, "height": 900}, is_mobile=phone, has_touch=phone)
+                page = await context.new_page()
+                page.set_default_timeout(_ms(60))
+                await page.goto(base + "notebooks/04-cosine-vs-dot.html", wait_until="networkidle")
+                await page.wait_for_function("document.documentElement.dataset.mathFitted === 'yes'")
+                for kind, selector in PREVIEW_LINKS.items():
+                    link = page.locator(".bd-article " + selector).first
+                    await link.scroll_into_view_if_needed()
+                    await link.hover()
+                    shown = None
+                    for _ in range(40):   # a preview appears 0.25 s after the pointer rests (fetch: a page)
+                        shown = await page.evaluate("(() => { const b = document.getElementById('link-preview');"
+                                                    " return b && !b.hidden ? {text: b.textContent.trim(),"
+                                                    " math: b.querySelectorAll('mjx-container').length} : null; })()")
+                        if shown:
+                            break
+                        await page.wait_for_timeout(100)
+                    found[(width, kind)] = shown
+                    await page.mouse.move(1, 1)
+                    await page.keyboard.press("Escape")
+                await context.close()
+            await browser.close()
+    return found
+
+
+@pytest.fixture(scope="module")
+def previews(site: Path) -> dict:
+    return asyncio.run(_previews(site))
+
+
+def test_hover_previews_of_equations_terms_and_references(previews) -> None:
+    eq, term, ref = (previews[(1400, k)] for k in PREVIEW_LINKS)
+    assert eq and eq["math"] >= 1, eq                       # the equation itself, typeset
+    assert term and len(term["text"]) > 20, term            # the term's heading and definition
+    assert ref and re.search(r"\b(19|20)\d\d\b", ref["text"]), ref   # the entry, with its year
+    on_phones = {k: v for k, v in previews.items() if k[0] in PHONES and v}
+    assert not on_phones, f"a preview on a touch screen (a tap should follow the link): {on_phones}"

@@ -150,7 +150,7 @@ def configure(app: Sphinx, config) -> None:
     has_repository = bool((options.get("repository_url") or "").strip())
     for button in REPOSITORY_BUTTONS:
         options[button] = has_repository
-    options["use_issues_button"] = False
+    options["use_issues_button"] = has_repository   # an issue link only where the repository has an address
     if not has_repository:
         options.pop("repository_url", None)
     options["launch_buttons"] = {}        # see the module docstring: the bundle instead

@@ -10,6 +10,7 @@
 //   sphinx-book-theme 1.3.0) wire only the FIRST .primary-toggle / .secondary-toggle of the page,
 //   which sphinx-book-theme hides, so the visible buttons did nothing after a click
 //   (pydata-sphinx-theme#2451). A click on any other toggle is handed to the wired one.
+// * Hover previews of equations, glossary terms, references and sections (previews).
 // * A "Show code / Hide code" switch in a chapter's header opens or folds all its code (codeSwitch).
 // * A link into a page lands on its heading and stays there while formulas and figures above it
 //   take their size (holdTarget).
@@ -391,6 +392,96 @@
     bar.insertBefore(button, bar.firstChild);
     label();
   }
+  // Hover previews (as distill's and Sphinx's hoverxref): a link in the article to an equation, a
+  // glossary term, a reference or a section shows the start of its target in a small box while the
+  // pointer rests on it or the link has the keyboard's focus (Escape closes it). Not on a touch
+  // screen, where a tap follows the link. A target on another page is read once (fetch, cached).
+  function previews() {
+    if (!window.matchMedia || !window.matchMedia("(hover: hover) and (pointer: fine)").matches || !window.fetch) { return; }
+    var box = document.createElement("div");
+    box.className = "link-preview";
+    box.id = "link-preview";
+    box.setAttribute("role", "tooltip");
+    box.hidden = true;
+    document.body.appendChild(box);
+    var pages = {}, current = null, timer = null;
+    function excerpt(doc, id) {
+      var t = doc.getElementById(id);
+      if (!t) { return null; }
+      var parts = [];
+      if (t.matches("div.math, span.math") || t.querySelector(":scope > mjx-container")) {
+        parts.push(t);
+      } else if (t.matches("section") || (t.nextElementSibling && t.nextElementSibling.matches("h1,h2,h3,h4"))) {
+        var section = t.matches("section") ? t : t.parentElement;
+        var heading = section.querySelector("h1,h2,h3,h4"), first = section.querySelector("p, dl, .math");
+        if (heading) { parts.push(heading); }
+        if (first) { parts.push(first); }
+      } else {
+        parts.push(t.closest("div.citation, li, dd, p, div.math, figure, table") || t);
+      }
+      var out = document.createElement("div");
+      parts.forEach(function (part) {
+        var copy = part.cloneNode(true);
+        copy.removeAttribute("id");
+        copy.querySelectorAll("[id]").forEach(function (e) { e.removeAttribute("id"); });
+        copy.querySelectorAll(".headerlink, button, script").forEach(function (e) { e.remove(); });
+        out.appendChild(copy);
+      });
+      return out.textContent.trim() ? out : null;
+    }
+    function page(url) {
+      if (url === location.pathname) { return Promise.resolve(document); }
+      if (!pages[url]) {
+        pages[url] = fetch(url).then(function (r) { return r.ok ? r.text() : ""; }).then(function (text) {
+          return new DOMParser().parseFromString(text, "text/html");
+        });
+      }
+      return pages[url];
+    }
+    function hide() { clearTimeout(timer); current = null; box.hidden = true; box.textContent = ""; }
+    function show(link) {
+      var url = new URL(link.href, location.href);
+      if (url.origin !== location.origin || !url.hash || url.hash.length < 2) { return; }
+      current = link;
+      page(url.pathname).then(function (doc) {
+        if (current !== link) { return; }
+        var found = excerpt(doc, decodeURIComponent(url.hash.slice(1)));
+        if (!found) { return; }
+        box.textContent = "";
+        box.appendChild(found);
+        box.hidden = false;
+        var r = link.getBoundingClientRect(), width = Math.min(420, window.innerWidth - 16);
+        box.style.width = width + "px";
+        box.style.left = Math.max(8, Math.min(r.left + window.scrollX, window.scrollX + window.innerWidth - width - 8)) + "px";
+        box.style.top = (r.bottom + window.scrollY + 6) + "px";
+        link.setAttribute("aria-describedby", "link-preview");
+        if (doc !== document && window.MathJax && MathJax.typesetPromise && box.querySelector(".math")) {
+          MathJax.typesetPromise([box]).catch(function () {});
+        }
+      });
+    }
+    function linkOf(event) {
+      var a = event.target.closest && event.target.closest(".bd-article a.reference.internal[href*='#']");
+      return a && !a.classList.contains("headerlink") ? a : null;
+    }
+    function enter(event) {
+      var a = linkOf(event);
+      if (!a || a === current) { return; }
+      clearTimeout(timer);
+      timer = setTimeout(function () { show(a); }, 250);
+    }
+    function leave(event) {
+      var a = linkOf(event);
+      if (a && (!event.relatedTarget || !a.contains(event.relatedTarget)) && !box.contains(event.relatedTarget)) { hide(); }
+    }
+    box.addEventListener("mouseleave", hide);
+    document.addEventListener("mouseover", enter);
+    document.addEventListener("mouseout", leave);
+    document.addEventListener("focusin", enter);
+    document.addEventListener("focusout", leave);
+    document.addEventListener("keydown", function (event) { if (event.key === "Escape") { hide(); } });
+    window.addEventListener("scroll", function () { if (!box.hidden) { hide(); } }, {passive: true});
+  }
   function start() {
     labelTables();
     document.addEventListener("toggle", function (event) {   // a table unfolded on a phone
@@ -418,6 +509,7 @@
   ready(typesetSearchResults);
   ready(foldFailedEvidenceOnPhones);
   ready(codeSwitch);
+  ready(previews);
   ready(holdTarget);
   readableSnippets();
   ready(start);
