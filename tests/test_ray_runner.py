@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnref.training import batched
 
 ROOT = Path(__file__).resolve().parents[1]
 PLAN = ROOT / "data" / "experiments" / "plan.toml"

@@ -1,8 +1,8 @@
 r"""Every seed of a setting trained at once: one batched model per setting.
 
-At chapter 8's sizes a training step is mostly per-call overhead (Python, dispatch, small
-kernels), so ten seeds trained one after another cost ten times one. Here the ``S`` seeds of one
-setting are a single model whose parameters carry a leading seed axis
+A lone training step at chapter 8's sizes pays per-call overhead (Python, dispatch, small kernels)
+on top of its arithmetic, so ten seeds trained one after another cost ten times one. Here the ``S``
+seeds of one setting are a single model whose parameters carry a leading seed axis
 (:func:`torch.func.stack_module_state`), run by :func:`torch.func.vmap` over
 :func:`torch.func.functional_call` of attnref's own models (:class:`~attnref.training.models.RecallModel`,
 :class:`~attnref.training.text.TextModel`): one call per step instead of ``S``.
@@ -27,8 +27,14 @@ Held-out evaluations, attention statistics and spectra are computed by the lone 
 functions on a lone model holding seed ``s``'s parameters at that step, and every seed gets a
 record of the lone run's form (plus the batch's provenance under ``"batched"``).
 
+The batch removes the overhead, not the arithmetic: where a step is mostly arithmetic (long
+sequences, the text model) the gain is small. ``python tools/run_experiments.py --measure-batching``
+measures CPU-seconds per run, lone against batched (data/experiments/batching.json).
+
 A learning-rate :class:`Schedule` (linear warm-up, then constant or cosine decay, nanoGPT's
-``get_lr``) is optional; the default is the chapter's constant rate.
+``get_lr``) is optional; the default is the chapter's constant rate. Members may also differ in
+their learning rate (``lrs``): a learning-rate grid on one tuning seed is one batch
+(:class:`_MemberAdam`, torch's Adam step with a rate per member).
 """
 
 from __future__ import annotations
