@@ -206,14 +206,14 @@ def test_keys_on_a_lower_dimensional_subspace_move_c9(shell) -> None:
         sh.run_cell("centred_sigma = _saved")
 
 
-A3_CELLS = ['a3 = claims.Evidence("A3")', "a3.verdict("]
+A3_CELLS = ['a3 = claims.Evidence("A3")', "standout.counterpart_standout(so_weights", "a3.verdict("]
 
 
 def test_a3_holds_unmutated_and_states_its_margins(shell) -> None:
     sh, sources = shell
     assert _verdict(sh, sources, A3_CELLS, "A3") == claims.expected_verdict("A3")
     checks = claims._computed[("A3", None)].checks
-    gaps = [c for c in checks if c.excludes]
+    gaps = [c for c in checks if c.excludes and c.bears_on != claims.DEMONSTRATION]
     assert len(gaps) == 2 and all(c.margin_se is not None and c.false_failure is not None for c in gaps)
 
 
@@ -245,3 +245,81 @@ def test_a3_same_word_pieces_counted_are_caught(monkeypatch, shell) -> None:
     monkeypatch.setattr(semantic, "pair_cosines",
                         lambda a, ia, b, ib: original(a, [i * 0 - 1 for i in ia], b, [j * 0 - 2 for j in ib]))
     assert _verdict(sh, sources, A3_CELLS, "A3") == claims.NOT_ESTABLISHED
+
+
+# --- A3's "similar words stand out": attention weight on each paraphrase pair's similar word ---
+
+def test_a3_standout_rows_are_recorded_as_demonstrations(shell) -> None:
+    """Both similar-word rows (kept and swapped words) are recorded, do not vote, and state their
+    interval; the direct-loop supporting check passes unmutated."""
+    sh, sources = shell
+    assert _verdict(sh, sources, A3_CELLS, "A3") == claims.expected_verdict("A3")
+    checks = claims._computed[("A3", None)].checks
+    shown = [c for c in checks if c.bears_on == claims.DEMONSTRATION and "similar word" in c.name]
+    assert len(shown) == 2 and all(c.excludes and c.margin_se is not None for c in shown)
+    loop = [c for c in checks if c.bears_on == claims.SUPPORTING and "direct loop over its tokens" in c.name]
+    assert len(loop) == 1 and loop[0].passed
+
+
+def test_a3_standout_on_a_transposed_attention_matrix_is_caught(monkeypatch, shell) -> None:
+    """counterpart_standout reading weights[key, query] (the matrix transposed): the direct loop
+    over pair 0's tokens disagrees and the evidence is not established."""
+    sh, sources = shell
+    from attnref.analysis import standout
+    original = standout.counterpart_standout
+    monkeypatch.setattr(standout, "counterpart_standout",
+                        lambda w, q, c, cand: original(w.transpose(-2, -1), q, c, cand))
+    assert _verdict(sh, sources, A3_CELLS, "A3") == claims.NOT_ESTABLISHED
+
+
+def test_a3_standout_scoring_the_wrong_token_pair_is_caught(monkeypatch, shell) -> None:
+    """counterpart_standout given the next candidate instead of the similar word (the wrong pair of
+    tokens scored): the direct loop disagrees."""
+    sh, sources = shell
+    from attnref.analysis import standout
+    original = standout.counterpart_standout
+
+    def shifted(w, q, c, cand):
+        index = (cand[:, None] == c[None, :]).int().argmax(0)
+        return original(w, q, cand[(index + 1) % len(cand)], cand)
+
+    monkeypatch.setattr(standout, "counterpart_standout", shifted)
+    assert _verdict(sh, sources, A3_CELLS, "A3") == claims.NOT_ESTABLISHED
+
+
+def test_counterpart_standout_scores_a_known_matrix() -> None:
+    """A 5-token matrix with the answers worked by hand; its transpose gives other answers."""
+    import torch
+    from attnref.analysis import standout
+    w = torch.tensor([[0.1, 0.1, 0.5, 0.2, 0.1],      # query 0: key 2 heaviest of keys 2, 3, 4
+                      [0.2, 0.2, 0.1, 0.1, 0.4],      # query 1: key 4 heaviest, key 3 not
+                      [0.2] * 5, [0.2] * 5, [0.2] * 5], dtype=torch.float64)
+    query, counterpart, candidates = torch.tensor([0, 1, 1]), torch.tensor([2, 3, 4]), torch.tensor([2, 3, 4])
+    top, ratio, chance = standout.counterpart_standout(w, query, counterpart, candidates)
+    assert top.tolist() == [True, False, True] and chance == 1 / 3
+    assert torch.allclose(ratio, torch.tensor([0.5 / (0.8 / 3), 0.1 / 0.2, 0.4 / 0.2], dtype=torch.float64))
+    top_t, ratio_t, _ = standout.counterpart_standout(w.T, query, counterpart, candidates)
+    assert top_t.tolist() != top.tolist() or not torch.allclose(ratio_t, ratio)
+    # a tie with another candidate is not "the largest"
+    tie = standout.counterpart_standout(torch.full((5, 5), 0.2, dtype=torch.float64), query, counterpart, candidates)
+    assert not tie[0].any() and torch.allclose(tie[1], torch.ones(3, dtype=torch.float64))
+    # heads in front: (h, n, n) → (h, m)
+    stacked = standout.counterpart_standout(torch.stack([w, w.T]), query, counterpart, candidates)
+    assert stacked[0].shape == (2, 3) and stacked[0][0].tolist() == top.tolist()
+
+
+def test_counterpart_standout_refuses_bad_input_by_name() -> None:
+    import torch
+    from attnref.analysis import standout
+    w = torch.full((4, 4), 0.25, dtype=torch.float64)
+    q, c, cand = torch.tensor([0]), torch.tensor([2]), torch.tensor([2, 3])
+    with pytest.raises(ValueError, match="every counterpart must be a candidate"):
+        standout.counterpart_standout(w, q, torch.tensor([1]), cand)
+    with pytest.raises(ValueError, match="NaN"):
+        standout.counterpart_standout(w.clone().fill_(float("nan")), q, c, cand)
+    with pytest.raises(ValueError, match="weights must be"):
+        standout.counterpart_standout(w[:, :3], q, c, cand)
+    with pytest.raises(ValueError, match="query .* outside"):
+        standout.counterpart_standout(w, torch.tensor([7]), c, cand)
+    with pytest.raises(ValueError, match="pair one to one"):
+        standout.counterpart_standout(w, torch.tensor([0, 1]), c, cand)
