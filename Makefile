@@ -168,7 +168,8 @@ audit-models: $(STAMP)
 # sha256), then the portable recheck of the decisions' runs and the robustness grid (both below); the
 # text anchor is a one-off: tools/run_experiments.py --anchor (data/experiments/text/anchor.json).
 # The times of the last full run are in chapter 8's closing section. EXPERIMENTS_ARGS="--device cuda" trains on a GPU,
-# "--shard i/k" one of k shards (then tools/run_experiments.py --merge). The notebook reads the
+# "--ray auto" (or a cluster's address) submits one task per (setting, seed batch) to Ray (pip install .[experiments]),
+# "--lone" trains seed by seed instead of one batched model per setting. The notebook reads the
 # files; make test re-runs every variant's first steps and fails if the code or the plan changed.
 EXPERIMENTS_ARGS ?=
 experiments: $(STAMP)
