@@ -211,11 +211,17 @@ def test_chapter_opens_with_its_verdicts_and_folds_its_evidence(facts, chapter) 
 
 
 def test_every_chapter_ends_with_the_answer_to_its_thread(facts) -> None:
-    # chapter 6 ends with 6c (its answer follows Gemma 3's page); chapter 9 (F1) goes beyond the
-    # seed threads: it answers none
-    last = [c for c in CHAPTERS if c not in ("notebooks/06-trained-model", "notebooks/06b-trained-decoder",
-                                             "notebooks/09-online-softmax")]
+    # the answer follows a chapter's last page (chapter 6 ends with 6c, chapter 10 with 10b), and only
+    # that page: a chapter of several pages must not repeat it; chapter 9 (F1) goes beyond the seed
+    # threads: it answers none
+    by_chapter: dict[str, list[str]] = {}
+    for c in CHAPTERS:
+        by_chapter.setdefault(re.match(r"notebooks/(\d+)", c)[1], []).append(c)
+    last = [pages[-1] for number, pages in sorted(by_chapter.items()) if number != "09"]
+    earlier = [c for pages in by_chapter.values() for c in pages[:-1]]
+    assert {"notebooks/06c-qk-norm-model", "notebooks/10b-basis-and-gates"} <= set(last), last
     assert all(facts[(c, DESKTOP)]["answer"] for c in last), [c for c in last if not facts[(c, DESKTOP)]["answer"]]
+    assert not any(facts[(c, DESKTOP)]["answer"] for c in earlier), [c for c in earlier if facts[(c, DESKTOP)]["answer"]]
 
 
 def test_folded_evidence_prints_unfolded(facts) -> None:

@@ -369,6 +369,21 @@ def test_every_page_says_when_and_from_which_commit_it_was_built(facts) -> None:
     assert not missing, f"pages without the build's date and commit: {missing}"
 
 
+def test_alt_texts_follow_stacked_panels(site: Path) -> None:
+    """Issue 47 item 4: a figure whose caption says Top/Bottom (panels stacked) must not describe
+    them as Left/Right to a screen reader (eleven alt texts did)."""
+    import html
+    bad = []
+    for page in sorted((site / "notebooks").glob("*.html")):
+        text = page.read_text(encoding="utf-8")
+        for m in re.finditer(r'<img alt="([^"]*)"', text):
+            caption = re.search(r"<figcaption>(.*?)</figcaption>", text[m.end():m.end() + 4000], re.S)
+            alt = html.unescape(m[1])
+            if caption and re.search(r"\b[Tt]op\b", caption[1]) and re.search(r"\b(Left|Right)\b", alt):
+                bad.append((page.name, alt[:60]))
+    assert not bad, f"alt texts saying Left/Right for stacked panels: {bad}"
+
+
 GLOSSARY_TERMS = ("pre-ln", "rope", "qk-norm", "parseval-frame", "gqa")
 
 
