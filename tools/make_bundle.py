@@ -42,7 +42,8 @@ DEFAULT_OUT = ROOT / "_build" / "downloads" / "attention-claims-bundle.zip"
 FOLDER = "attention-claims"
 EPOCH = (2026, 1, 1, 0, 0, 0)   # every entry's timestamp: the zip depends only on its contents
 LOCKS = ("requirements-reader.lock", "requirements-reader-nodeps.lock")
-TOOLS = ("tools/measure_decoder.py", "tools/measure_gemma.py", "tools/run_experiments.py")
+TOOLS = ("tools/measure_decoder.py", "tools/measure_gemma.py", "tools/run_experiments.py",
+         "tools/measure_ch10.py", "tools/measure_ch10b.py")
 EXAMPLE = "02-linear-layers"   # the chapter the README runs as its example (a fast one)
 
 # The chapters that read stored results instead of computing them (the README says so, with the
@@ -62,6 +63,16 @@ STORED = {
         "python tools/run_experiments.py --jobs 2 && ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 "
         "python tools/run_experiments.py --jobs 2 --recheck --out data/experiments/portable",
         "{experiments_time}, the recheck on the portable kernels included"),
+    "10-ffn-memory": (
+        "reads `data/ch10-measurements.npz` and `.json` (the FFN slot weights, attention weights, sink "
+        "blocks and norm statistics of the three trained models on the text set)",
+        "python tools/measure_ch10.py",
+        "a time not yet measured on an idle machine; the file's own `total_seconds` holds it"),
+    "10b-basis-and-gates": (
+        "reads `data/ch10b-measurements.json` (SmolLM2 and Gemma 3 with every weight rotated, against the "
+        "unrotated models)",
+        "python tools/measure_ch10b.py",
+        "a time not yet measured on an idle machine; the file's own `total_seconds` holds it"),
 }
 
 README = """\
