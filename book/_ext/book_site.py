@@ -17,8 +17,6 @@
   ``book.js``.)
 * The browser tab's title is plain text: a title with math (chapter 4's ``\\sqrt{d_k}``) shows
   its symbols (``√d_k``), not its TeX source.
-* A formula that reached a page as text (a value glued from a notebook, ``$d_k = 16$``) is made
-  a formula (:func:`stray_math`).
 * Every page's footer says when the site was built and from which commit (:func:`build_stamp`).
 * Page weight: folded code is not syntax-highlighted (:func:`plain_folded_code`) and a notebook's
   figures load lazily (:func:`lazy_figures`).
@@ -299,36 +297,6 @@ def lazy_figures(app: Sphinx, doctree: nodes.document, docname: str) -> None:
                 image["loading"] = "lazy"
 
 
-#: ``$…$`` left as text in a page (a value glued from a notebook as text, ``{glue:text}``: chapter
-#: 4's "0 of 256 at $d_k = 16$"): opening and closing dollar next to the formula, as in MyST.
-STRAY_MATH = re.compile(r"(?<![\\$\w])\$([^\s$](?:[^$]*?[^\s$\\])?)\$(?![\w$])")
-NO_MATH_IN = (nodes.literal, nodes.literal_block, nodes.math, nodes.math_block, nodes.raw, nodes.comment,
-              nodes.reference)
-
-
-def stray_math(app: Sphinx, doctree: nodes.document, docname: str) -> None:
-    """TeX that reached a page as text (``$d_k = 16$``) is made a formula, typeset like the others,
-    on the page and in the PDF; text in code, in a formula or in a link is left as it is."""
-    for text in list(doctree.findall(nodes.Text)):
-        parent = text.parent
-        if parent is None or isinstance(parent, NO_MATH_IN) or "$" not in text or not STRAY_MATH.search(text):
-            continue
-        if any(isinstance(a, NO_MATH_IN) for a in _ancestors(parent)):
-            continue
-        pieces, at = [], 0
-        for found in STRAY_MATH.finditer(str(text)):
-            if found.start() > at:
-                pieces.append(nodes.Text(str(text)[at:found.start()]))
-            pieces.append(nodes.math(found[1], found[1]))
-            at = found.end()
-        if at < len(text):
-            pieces.append(nodes.Text(str(text)[at:]))
-        index = parent.index(text)
-        parent.remove(text)
-        for k, piece in enumerate(pieces):
-            parent.insert(index + k, piece)
-
-
 def tex_in_link_text(app: Sphinx, doctree: nodes.document, docname: str) -> None:
     """A link that takes its text from a title with a formula (``{doc}`` and ``{ref}`` without a
     text: "9 · Attention without the n \\times m matrix") reads it as plain symbols, "n × m" (Sphinx
@@ -361,7 +329,6 @@ def setup(app: Sphinx) -> dict:
     app.connect("doctree-read", add_keywords)
     app.connect("doctree-resolved", plain_folded_code)
     app.connect("doctree-resolved", lazy_figures)
-    app.connect("doctree-resolved", stray_math)
     app.connect("doctree-resolved", tex_in_link_text)
     app.connect("html-page-context", plain_title, priority=900)   # after sphinx-book-theme's pagetitle
     return {"parallel_read_safe": True, "parallel_write_safe": True}
